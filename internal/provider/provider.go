@@ -1,0 +1,89 @@
+// Package provider is the boundary between a worker and whatever delivers a
+// message to a person (an SMTP relay, an SMS API). It defines what a send is
+// and how a failure is classified, because the worker's retry decision depends
+// only on that classification: retryable failures go back through a retry tier
+// with backoff, permanent ones end the reminder as failed.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message is one send. IdempotencyKey is stable across every attempt of the
+// same reminder, so a provider that deduplicates turns a retry after an
+// unknown outcome into a no-op.
+type Message struct {
+	ReminderID     int64
+	IdempotencyKey string
+	Tenant         string
+	Recipient      string
+	Template       string
+	Data           map[string]any
+	Deadline       time.Time
+}
+
+// Sender delivers one message. It returns the provider's message id on
+// acceptance. Errors should be *Error so the caller can tell retryable from
+// permanent; any other error is treated as retryable (outcome unknown).
+type Sender interface {
+	Send(ctx context.Context, msg Message) (providerID string, err error)
+}
+
+// Kind classifies a failed send.
+type Kind int
+
+const (
+	// Retryable: the send may succeed later (timeout, 429, 5xx, connection
+	// refused). The outcome may be unknown: the provider may have accepted.
+	Retryable Kind = iota
+	// Permanent: the send will never succeed (4xx, invalid address, unknown
+	// template). The reminder ends as failed.
+	Permanent
+)
+
+func (k Kind) String() string {
+	if k == Permanent {
+		return "permanent"
+	}
+	return "retryable"
+}
+
+// Error is a classified send failure.
+type Error struct {
+	Kind Kind
+	// RetryAfter is the provider's requested wait (HTTP Retry-After), zero if none.
+	RetryAfter time.Duration
+	// Code is a short machine-readable reason such as "http_429", "http_503",
+	// "timeout", "smtp_550", "template".
+	Code string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s send failure (%s): %v", e.Kind, e.Code, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Classify returns the classification of err: a *Error found with errors.As,
+// or a retryable one with code "unknown" for anything else.
+func Classify(err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return &Error{Kind: Retryable, Code: "unknown", Err: err}
+}
+
+// RetryableError builds a retryable *Error.
+func RetryableError(code string, retryAfter time.Duration, err error) *Error {
+	return &Error{Kind: Retryable, Code: code, RetryAfter: retryAfter, Err: err}
+}
+
+// PermanentError builds a permanent *Error.
+func PermanentError(code string, err error) *Error {
+	return &Error{Kind: Permanent, Code: code, Err: err}
+}
