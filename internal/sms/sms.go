@@ -1,0 +1,443 @@
+// Package sms delivers reminders through an HTTP SMS API and classifies every
+// failure for the worker's retry decision.
+//
+// The adapter exists so the worker never has to know HTTP: it maps each
+// response onto provider.Error. Timeouts, 429 and 5xx are retryable because
+// the send may succeed later; other 4xx are permanent because repeating the
+// same request cannot fix it. A timeout leaves the outcome unknown (the
+// provider may have accepted), which is safe to retry only because every
+// attempt of a reminder carries the same Idempotency-Key and the provider
+// deduplicates on it.
+//
+// Message text is rendered here from text/template files named
+// <name>.sms.tmpl, so a template error is found before anything is sent and
+// ends the reminder as failed rather than retrying forever.
+package sms
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nudgehq/nudge/internal/provider"
+)
+
+const (
+	// DefaultTimeout bounds one HTTP request when Config.Timeout is zero.
+	DefaultTimeout = 10 * time.Second
+	// MaxRetryAfter caps the wait a provider may request, so a bad header
+	// cannot park a reminder past any useful deadline.
+	MaxRetryAfter = time.Hour
+
+	// messagesPath is appended to Config.URL.
+	messagesPath = "v1/messages"
+	// maxResponseBody bounds how much of a response is read.
+	maxResponseBody = 64 << 10
+	// maxErrorExcerpt bounds the response body quoted in an error.
+	maxErrorExcerpt = 200
+	// templateSuffix names the template files LoadTemplates and
+	// ParseTemplates read.
+	templateSuffix = ".sms.tmpl"
+)
+
+var (
+	// ErrInvalidConfig is wrapped by every error New returns.
+	ErrInvalidConfig = errors.New("invalid sms config")
+	// ErrUnknownTemplate means a message names a template that was not loaded.
+	ErrUnknownTemplate = errors.New("unknown sms template")
+	// ErrEmptyBody means a template rendered only whitespace.
+	ErrEmptyBody = errors.New("sms template rendered an empty body")
+)
+
+// Config configures a Client.
+type Config struct {
+	// URL is the provider's base URL, absolute http or https, for example
+	// "https://sms.example.com" or "https://gw.example.com/sms". Messages
+	// are POSTed to URL + "/v1/messages". Required: the zero value is invalid.
+	URL string
+	// Token, when set, is sent as "Authorization: Bearer <Token>". The zero
+	// value sends no Authorization header.
+	Token string
+	// Timeout bounds each send (connect, request and response) and is applied
+	// as a context deadline, so it also holds with a caller's HTTPClient.
+	// Zero means DefaultTimeout; negative is invalid.
+	Timeout time.Duration
+	// Sender is the "from" field (a number or alphanumeric sender ID). The
+	// zero value omits it and lets the provider choose its default.
+	Sender string
+	// HTTPClient sends the requests. Nil means a new client with no timeout
+	// of its own (Timeout applies) and the default transport.
+	HTTPClient *http.Client
+	// Templates renders message bodies. Nil means the embedded defaults
+	// (DefaultTemplates).
+	Templates *Templates
+}
+
+// Client sends SMS through the provider's HTTP API. It implements
+// provider.Sender and is safe for concurrent use.
+type Client struct {
+	endpoint  string
+	token     string
+	sender    string
+	timeout   time.Duration
+	http      *http.Client
+	templates *Templates
+	now       func() time.Time
+}
+
+var _ provider.Sender = (*Client)(nil)
+
+// New validates cfg and returns a Client. Errors name the offending field and
+// wrap ErrInvalidConfig.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: Config.URL must be an absolute http or https URL, got %q", ErrInvalidConfig, cfg.URL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("%w: Config.URL must not carry a query, fragment or user info, got %q", ErrInvalidConfig, cfg.URL)
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: Config.Timeout must not be negative, got %s", ErrInvalidConfig, cfg.Timeout)
+	}
+	if strings.ContainsAny(cfg.Token, "\r\n") {
+		return nil, fmt.Errorf("%w: Config.Token must not contain line breaks", ErrInvalidConfig)
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	tmpl := cfg.Templates
+	if tmpl == nil {
+		tmpl = DefaultTemplates()
+	}
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	return &Client{
+		endpoint:  u.JoinPath(messagesPath).String(),
+		token:     cfg.Token,
+		sender:    cfg.Sender,
+		timeout:   timeout,
+		http:      hc,
+		templates: tmpl,
+		now:       time.Now,
+	}, nil
+}
+
+// request is the provider's JSON request body.
+type request struct {
+	To        string `json:"to"`
+	Body      string `json:"body"`
+	Reference string `json:"reference"`
+	Tenant    string `json:"tenant"`
+	From      string `json:"from,omitempty"`
+}
+
+// acceptance is the part of a 2xx response body the client needs.
+type acceptance struct {
+	ID string `json:"id"`
+}
+
+// Send renders msg's template and posts it to the provider. It returns the
+// provider's message id on acceptance; every error is a *provider.Error:
+//
+//   - "template": unknown template, template failure or empty body (permanent,
+//     nothing is sent);
+//   - "invalid_message": no recipient or no idempotency key (permanent);
+//   - "http_429", "http_408", "http_5NN": retryable, with RetryAfter from the
+//     Retry-After header (capped at MaxRetryAfter);
+//   - "http_4NN", "http_3NN": permanent;
+//   - "timeout": Timeout or the caller's deadline passed (retryable; the
+//     provider may have accepted);
+//   - "canceled": the caller's context was canceled (retryable);
+//   - "network": the request could not complete (retryable);
+//   - "bad_response": a 2xx without a readable id (retryable: the retry is
+//     deduplicated and returns the id).
+func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error) {
+	if msg.Recipient == "" {
+		return "", provider.PermanentError("invalid_message", errors.New("sending sms: message has no recipient"))
+	}
+	if msg.IdempotencyKey == "" {
+		return "", provider.PermanentError("invalid_message", errors.New("sending sms: message has no idempotency key"))
+	}
+	text, err := c.templates.Render(msg.Template, msg.Data)
+	if err != nil {
+		return "", provider.PermanentError("template", fmt.Errorf("sending sms: %w", err))
+	}
+	payload, err := json.Marshal(request{
+		To:        msg.Recipient,
+		Body:      text,
+		Reference: strconv.FormatInt(msg.ReminderID, 10),
+		Tenant:    msg.Tenant,
+		From:      c.sender,
+	})
+	if err != nil {
+		return "", provider.PermanentError("invalid_message", fmt.Errorf("encoding sms request: %w", err))
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(payload))
+	if err != nil {
+		return "", provider.PermanentError("invalid_message", fmt.Errorf("building sms request: %w", err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Idempotency-Key", msg.IdempotencyKey)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", transportError("sending sms", err)
+	}
+	body, err := readBody(resp.Body)
+	if err != nil {
+		// The status line arrived but the body did not: for a 2xx the
+		// provider accepted and only the id is missing, so retrying with
+		// the same key is safe either way.
+		return "", transportError(fmt.Sprintf("reading sms response (status %d)", resp.StatusCode), err)
+	}
+	return c.interpret(resp, body)
+}
+
+// interpret maps a complete response onto an id or a *provider.Error.
+func (c *Client) interpret(resp *http.Response, body []byte) (string, error) {
+	status := resp.StatusCode
+	code := "http_" + strconv.Itoa(status)
+	switch {
+	case status >= 200 && status < 300:
+		var a acceptance
+		if err := json.Unmarshal(body, &a); err != nil {
+			return "", provider.RetryableError("bad_response", 0,
+				fmt.Errorf("decoding sms response (status %d, body %s): %w", status, excerpt(body), err))
+		}
+		if a.ID == "" {
+			return "", provider.RetryableError("bad_response", 0,
+				fmt.Errorf("sms provider accepted (status %d) without an id: body %s", status, excerpt(body)))
+		}
+		return a.ID, nil
+	case status == http.StatusTooManyRequests, status == http.StatusRequestTimeout, status >= 500:
+		wait := ParseRetryAfter(resp.Header.Get("Retry-After"), c.now())
+		return "", provider.RetryableError(code, wait, statusError(status, body))
+	case status >= 300 && status < 500:
+		return "", provider.PermanentError(code, statusError(status, body))
+	default:
+		return "", provider.RetryableError(code, 0, statusError(status, body))
+	}
+}
+
+// transportError classifies a failure to complete the HTTP exchange. All are
+// retryable: the provider may or may not have seen the request.
+func transportError(op string, err error) error {
+	wrapped := fmt.Errorf("%s: %w", op, err)
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return provider.RetryableError("timeout", 0, wrapped)
+	case errors.Is(err, context.Canceled):
+		return provider.RetryableError("canceled", 0, wrapped)
+	default:
+		return provider.RetryableError("network", 0, wrapped)
+	}
+}
+
+// readBody reads at most maxResponseBody bytes, then drains a bounded amount
+// more so the connection can be reused, and closes the body.
+func readBody(rc io.ReadCloser) ([]byte, error) {
+	defer rc.Close()
+	body, err := io.ReadAll(io.LimitReader(rc, maxResponseBody))
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(rc, maxResponseBody))
+	return body, nil
+}
+
+func statusError(status int, body []byte) error {
+	return fmt.Errorf("sms provider answered %d %s: body %s", status, http.StatusText(status), excerpt(body))
+}
+
+// excerpt quotes at most maxErrorExcerpt bytes of body, cut at a rune
+// boundary, so errors stay short and single-line.
+func excerpt(body []byte) string {
+	b := bytes.TrimSpace(body)
+	truncated := false
+	if len(b) > maxErrorExcerpt {
+		cut := maxErrorExcerpt
+		for cut > maxErrorExcerpt-utf8.UTFMax && !utf8.RuneStart(b[cut]) {
+			cut--
+		}
+		b = b[:cut]
+		truncated = true
+	}
+	s := strconv.Quote(string(b))
+	if truncated {
+		s += "..."
+	}
+	return s
+}
+
+// ParseRetryAfter returns the wait an HTTP Retry-After value asks for, given
+// the current time: delay-seconds or an HTTP-date. It returns zero for an
+// empty, malformed, negative or past value, and caps the wait at
+// MaxRetryAfter.
+func ParseRetryAfter(value string, now time.Time) time.Duration {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0
+	}
+	if isDigits(value) {
+		secs, err := strconv.ParseInt(value, 10, 64)
+		if err != nil || secs > int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter // only overflow fails for a digit string
+		}
+		return time.Duration(secs) * time.Second
+	}
+	at, err := http.ParseTime(value)
+	if err != nil {
+		return 0
+	}
+	return min(max(at.Sub(now), 0), MaxRetryAfter)
+}
+
+func isDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+//go:embed templates/*.sms.tmpl
+var embedded embed.FS
+
+// Templates is a set of named message templates, safe for concurrent use
+// once built.
+//
+// Templates execute with msg.Data as dot and missingkey=zero. For Data (a
+// map[string]any) a missing key still prints "<no value>", so a template
+// should guard optional fields: {{or .course "your course"}} or
+// {{with .expires_at}}on {{.}}{{end}}. Keys that are not identifiers are
+// reached with {{index . "key-name"}}. The rendered text is trimmed of
+// surrounding whitespace.
+type Templates struct {
+	byName map[string]*template.Template
+}
+
+// DefaultTemplates returns the templates embedded in the binary:
+// course-expiry, subscription-renewal and certificate-cleanup.
+func DefaultTemplates() *Templates {
+	t, err := ParseTemplates(embedded, "templates")
+	if err != nil {
+		panic(fmt.Sprintf("sms: embedded templates do not parse: %v", err)) // a build bug, caught by tests
+	}
+	return t
+}
+
+// ParseTemplates parses every <name>.sms.tmpl file directly inside dir of
+// fsys ("." for its root). Subdirectories and other files are ignored.
+func ParseTemplates(fsys fs.FS, dir string) (*Templates, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading sms templates: %w", err)
+	}
+	t := &Templates{byName: make(map[string]*template.Template)}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), templateSuffix)
+		if !ok || name == "" || !e.Type().IsRegular() {
+			continue
+		}
+		path := e.Name()
+		if dir != "." {
+			path = dir + "/" + e.Name()
+		}
+		src, err := fs.ReadFile(fsys, path)
+		if err != nil {
+			return nil, fmt.Errorf("reading sms template %s: %w", path, err)
+		}
+		parsed, err := template.New(name).Option("missingkey=zero").Parse(string(src))
+		if err != nil {
+			return nil, fmt.Errorf("parsing sms template %s: %w", path, err)
+		}
+		t.byName[name] = parsed
+	}
+	return t, nil
+}
+
+// LoadTemplates returns the embedded defaults overlaid with the
+// <name>.sms.tmpl files in dir: a file with a default's name replaces it, any
+// other name adds a template. An empty dir means the defaults alone. A dir
+// that does not exist or holds no template files is an error, since that is
+// almost certainly a misconfiguration.
+func LoadTemplates(dir string) (*Templates, error) {
+	t := DefaultTemplates()
+	if dir == "" {
+		return t, nil
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("loading sms templates: %w", err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("loading sms templates: %s is not a directory", dir)
+	}
+	overrides, err := ParseTemplates(os.DirFS(dir), ".")
+	if err != nil {
+		return nil, fmt.Errorf("loading sms templates from %s: %w", dir, err)
+	}
+	if len(overrides.byName) == 0 {
+		return nil, fmt.Errorf("loading sms templates: no *%s files in %s", templateSuffix, dir)
+	}
+	for name, tmpl := range overrides.byName {
+		t.byName[name] = tmpl
+	}
+	return t, nil
+}
+
+// Names returns the template names, sorted.
+func (t *Templates) Names() []string {
+	names := make([]string, 0, len(t.byName))
+	for name := range t.byName {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Render executes the named template with data. Errors wrap
+// ErrUnknownTemplate or ErrEmptyBody, or carry the template's own failure.
+func (t *Templates) Render(name string, data map[string]any) (string, error) {
+	tmpl, ok := t.byName[name]
+	if !ok {
+		return "", fmt.Errorf("rendering %q: %w", name, ErrUnknownTemplate)
+	}
+	var b strings.Builder
+	if err := tmpl.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("rendering %q: %w", name, err)
+	}
+	text := strings.TrimSpace(b.String())
+	if text == "" {
+		return "", fmt.Errorf("rendering %q: %w", name, ErrEmptyBody)
+	}
+	return text, nil
+}

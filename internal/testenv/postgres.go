@@ -1,0 +1,88 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nudgehq/nudge/schema"
+)
+
+// DefaultDatabaseURL is the PostgreSQL the tests use unless NUDGE_TEST_DATABASE_URL says otherwise.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DB is a migrated schema of its own for one test.
+type DB struct {
+	Pool   *pgxpool.Pool
+	Schema string
+	// URL connects to the same schema (search_path is set), for subprocesses.
+	URL string
+}
+
+// Postgres creates a fresh schema, migrates it, and returns a pool whose
+// connections use it. The schema is dropped when the test ends.
+func Postgres(tb testing.TB) *DB {
+	tb.Helper()
+	base := os.Getenv("NUDGE_TEST_DATABASE_URL")
+	if base == "" {
+		base = DefaultDatabaseURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	admin, err := pgxpool.New(ctx, base)
+	if err == nil {
+		err = admin.Ping(ctx)
+	}
+	if err != nil {
+		Unavailable(tb, "PostgreSQL at "+base, "start it, or set NUDGE_TEST_DATABASE_URL", err)
+		return nil
+	}
+	defer admin.Close()
+
+	name := "t_" + RandomID()
+	if _, err := admin.Exec(ctx, `CREATE SCHEMA `+name); err != nil {
+		tb.Fatalf("creating test schema %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a, err := pgxpool.New(ctx, base)
+		if err != nil {
+			return
+		}
+		defer a.Close()
+		_, _ = a.Exec(ctx, `DROP SCHEMA `+name+` CASCADE`)
+	})
+
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("parsing %s: %v", base, err)
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		tb.Fatalf("connecting to test schema: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	if _, err := schema.Migrate(ctx, pool); err != nil {
+		tb.Fatalf("migrating test schema %s: %v", name, err)
+	}
+	return &DB{Pool: pool, Schema: name, URL: u.String()}
+}
+
+// RandomID returns 12 random hex characters for naming isolated resources.
+func RandomID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

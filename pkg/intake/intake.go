@@ -1,0 +1,234 @@
+// Package intake records reminder intent. It is what an application links to
+// schedule, cancel and read reminders, and it works inside the caller's own
+// pgx transaction: the reminder commits or rolls back with the business change
+// that caused it (transactional enqueue), so there is no window where one
+// exists without the other.
+//
+// Every path (this package, the nudge_schedule SQL function, nudgectl) goes
+// through the same SQL function, nudge_try_schedule, so validation and
+// idempotency are defined once: a repeat with the same content returns the
+// existing reminder; the same key with different content is a *ConflictError.
+package intake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// Querier is satisfied by pgx.Tx, *pgx.Conn and *pgxpool.Pool.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Request is one reminder to schedule.
+type Request struct {
+	// Tenant owns the reminder. Required.
+	Tenant string `json:"tenant"`
+	// Key is the logical key, unique per tenant: it names one notification
+	// occurrence, e.g. "course-expiry:learner-42:course-7:2026-08-12". Required.
+	Key string `json:"key"`
+	// Channel is "email" or "sms".
+	Channel reminder.Channel `json:"channel"`
+	// Recipient is an email address or an E.164 phone number.
+	Recipient string `json:"recipient"`
+	// Template names the message template rendered at send time.
+	Template string `json:"template"`
+	// Data is the template's data; it must marshal to a JSON object. Nil means {}.
+	Data any `json:"data"`
+	// DueAt is the earliest time the reminder may be sent. Required.
+	DueAt time.Time `json:"due_at"`
+	// Deadline is the business deadline: no send starts at or after it. Required, after DueAt.
+	Deadline time.Time `json:"deadline"`
+}
+
+// Status says what scheduling did.
+type Status string
+
+const (
+	// Created: a new reminder was recorded.
+	Created Status = "created"
+	// Exists: the same key with the same content was already recorded; nothing changed.
+	Exists Status = "exists"
+)
+
+// Result identifies the reminder a request converged on.
+type Result struct {
+	ID     int64  `json:"id"`
+	Status Status `json:"status"`
+}
+
+// ValidationError names the field of a request that is wrong and what was expected.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string { return fmt.Sprintf("field %q %s", e.Field, e.Reason) }
+
+// ConflictError reports a logical key already scheduled with different content.
+type ConflictError struct {
+	Tenant, Key string
+	ID          int64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("key %q of tenant %q is already scheduled (reminder %d) with different content", e.Key, e.Tenant, e.ID)
+}
+
+// ErrNotFound means no reminder matches.
+var ErrNotFound = errors.New("reminder not found")
+
+// Schedule records one reminder in q (typically the caller's transaction).
+func Schedule(ctx context.Context, q Querier, r Request) (Result, error) {
+	out, err := ScheduleMany(ctx, q, []Request{r})
+	if err != nil {
+		return Result{}, err
+	}
+	return out[0].Result, out[0].Err
+}
+
+// Outcome is the result of one request of a batch: Err is a
+// *ValidationError or *ConflictError, or nil.
+type Outcome struct {
+	Result
+	Err error
+}
+
+const scheduleManySQL = `
+SELECT s.id, s.status, s.field, s.reason
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+              $7::timestamptz[], $8::timestamptz[], $9::text[])
+       WITH ORDINALITY AS u(tenant, key, channel, recipient, template, data, due_at, deadline, actor, ord)
+ CROSS JOIN LATERAL nudge_try_schedule(u.tenant, u.key, u.channel, u.recipient, u.template,
+                                       u.data::jsonb, u.due_at, u.deadline, u.actor) AS s
+ ORDER BY u.ord`
+
+// ScheduleMany records many reminders in one round trip and returns one
+// Outcome per request, in order. Invalid or conflicting requests do not stop
+// the others; the returned error is only for a failure of the statement itself.
+func ScheduleMany(ctx context.Context, q Querier, reqs []Request) ([]Outcome, error) {
+	return ScheduleManyAs(ctx, q, "intake", reqs)
+}
+
+// ScheduleManyAs is ScheduleMany recording actor as the author of the
+// "scheduled" events.
+func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request) ([]Outcome, error) {
+	n := len(reqs)
+	out := make([]Outcome, n)
+	var (
+		tenants, keys, channels, recipients, templates, datas, actors = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n)
+		dues, deadlines = make([]*time.Time, n), make([]*time.Time, n)
+	)
+	for i, r := range reqs {
+		tenants[i], keys[i], channels[i] = r.Tenant, r.Key, string(r.Channel)
+		recipients[i], templates[i], actors[i] = r.Recipient, r.Template, actor
+		if !r.DueAt.IsZero() {
+			dues[i] = &reqs[i].DueAt
+		}
+		if !r.Deadline.IsZero() {
+			deadlines[i] = &reqs[i].Deadline
+		}
+		data, err := marshalData(r.Data)
+		if err != nil {
+			out[i].Err = err
+			continue // sent as NULL data: the function reports it as invalid too
+		}
+		datas[i] = &data
+	}
+	rows, err := q.Query(ctx, scheduleManySQL, tenants, keys, channels, recipients, templates, datas,
+		dues, deadlines, actors)
+	if err != nil {
+		return nil, fmt.Errorf("scheduling %d reminders: %w", n, err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var (
+			id            *int64
+			status        string
+			field, reason *string
+		)
+		if err := rows.Scan(&id, &status, &field, &reason); err != nil {
+			return nil, fmt.Errorf("scheduling reminders: reading result %d: %w", i, err)
+		}
+		if out[i].Err == nil {
+			out[i] = toOutcome(reqs[i], id, status, field, reason)
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("scheduling %d reminders: %w", n, err)
+	}
+	if i != n {
+		return nil, fmt.Errorf("scheduling %d reminders: got %d results", n, i)
+	}
+	return out, nil
+}
+
+func marshalData(d any) (string, error) {
+	switch v := d.(type) {
+	case nil:
+		return "{}", nil
+	case json.RawMessage:
+		if len(v) == 0 {
+			return "{}", nil
+		}
+		if !json.Valid(v) {
+			return "", &ValidationError{Field: "data", Reason: "must be a JSON object"}
+		}
+		return string(v), nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return "", &ValidationError{Field: "data", Reason: "must be a JSON object: " + err.Error()}
+	}
+	return string(b), nil
+}
+
+func toOutcome(r Request, id *int64, status string, field, reason *string) Outcome {
+	var o Outcome
+	if id != nil {
+		o.ID = *id
+	}
+	switch status {
+	case "created":
+		o.Status = Created
+	case "exists":
+		o.Status = Exists
+	case "conflict":
+		o.Err = &ConflictError{Tenant: r.Tenant, Key: r.Key, ID: o.ID}
+	default:
+		o.Err = &ValidationError{Field: deref(field), Reason: deref(reason)}
+	}
+	return o
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Cancel cancels the reminder (tenant, key) unless it was already sent or is
+// being sent. It returns the reminder's state afterwards: Canceled, a terminal
+// state it had already reached, or Sending when it is too late to stop.
+func Cancel(ctx context.Context, q Querier, tenant, key, actor, reason string) (reminder.State, error) {
+	var st *string
+	if err := q.QueryRow(ctx, `SELECT nudge_cancel($1, $2, $3, $4)`, tenant, key, actor, reason).Scan(&st); err != nil {
+		return "", fmt.Errorf("canceling %s/%s: %w", tenant, key, err)
+	}
+	if st == nil {
+		return "", fmt.Errorf("canceling %s/%s: %w", tenant, key, ErrNotFound)
+	}
+	return reminder.State(*st), nil
+}

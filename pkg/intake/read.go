@@ -1,0 +1,67 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+const reminderColumns = `id, tenant, key, channel, recipient, template, data, due_at, deadline,
+	idempotency_key, state, fence, lease_until, attempts, next_attempt_at, enqueued_at,
+	coalesce(last_error, ''), coalesce(reason, ''), created_at, updated_at, finished_at`
+
+// scanReminder reads a row selected with reminderColumns.
+func scanReminder(row pgx.Row) (reminder.Reminder, error) {
+	var r reminder.Reminder
+	err := row.Scan(&r.ID, &r.Tenant, &r.Key, &r.Channel, &r.Recipient, &r.Template, &r.Data, &r.DueAt,
+		&r.Deadline, &r.IdempotencyKey, &r.State, &r.Fence, &r.LeaseUntil, &r.Attempts, &r.NextAttemptAt,
+		&r.EnqueuedAt, &r.LastError, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt)
+	return r, err
+}
+
+// Get returns the reminder with the given id, or ErrNotFound.
+func Get(ctx context.Context, q Querier, id int64) (reminder.Reminder, error) {
+	r, err := scanReminder(q.QueryRow(ctx, `SELECT `+reminderColumns+` FROM reminders WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("reading reminder %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("reading reminder %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// GetByKey returns the reminder with the logical key (tenant, key), or ErrNotFound.
+func GetByKey(ctx context.Context, q Querier, tenant, key string) (reminder.Reminder, error) {
+	r, err := scanReminder(q.QueryRow(ctx,
+		`SELECT `+reminderColumns+` FROM reminders WHERE tenant = $1 AND key = $2`, tenant, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("reading reminder %s/%s: %w", tenant, key, ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("reading reminder %s/%s: %w", tenant, key, err)
+	}
+	return r, nil
+}
+
+// Events returns the reminder's state transitions, oldest first.
+func Events(ctx context.Context, q Querier, id int64) ([]reminder.Event, error) {
+	rows, err := q.Query(ctx, `SELECT id, coalesce(from_state, ''), to_state, fence, actor, reason, at
+		FROM reminder_events WHERE reminder_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading events of reminder %d: %w", id, err)
+	}
+	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reminder.Event, error) {
+		var e reminder.Event
+		err := row.Scan(&e.ID, &e.From, &e.To, &e.Fence, &e.Actor, &e.Reason, &e.At)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading events of reminder %d: %w", id, err)
+	}
+	return evs, nil
+}

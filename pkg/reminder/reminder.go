@@ -1,0 +1,93 @@
+// Package reminder is Nudge's shared vocabulary: the states a reminder moves
+// through, the channels it is sent on, and the row that records it. Programs
+// that write intent (pkg/intake) and the binaries that work it agree on these
+// values; the database enforces the same set with CHECK constraints.
+package reminder
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// State is where a reminder stands. Terminal states never change again.
+type State string
+
+// The lifecycle: pending → leased (dispatcher claimed it) → enqueued (its
+// message is confirmed by the broker) → sending (a worker claimed an attempt)
+// → delivered, or → retrying (a retry message waits in a tier) → sending …
+// Any open state can end as expired (deadline reached) and every state but
+// sending can end as canceled.
+const (
+	Pending   State = "pending"
+	Leased    State = "leased"
+	Enqueued  State = "enqueued"
+	Sending   State = "sending"
+	Retrying  State = "retrying"
+	Delivered State = "delivered"
+	Failed    State = "failed"
+	Expired   State = "expired"
+	Canceled  State = "canceled"
+)
+
+// States lists every state in lifecycle order.
+var States = []State{Pending, Leased, Enqueued, Sending, Retrying, Delivered, Failed, Expired, Canceled}
+
+// Terminal reports whether s is final.
+func (s State) Terminal() bool {
+	switch s {
+	case Delivered, Failed, Expired, Canceled:
+		return true
+	}
+	return false
+}
+
+// Channel is how a reminder reaches its recipient.
+type Channel string
+
+// The supported channels; each has its own queue, worker Deployment and limits.
+const (
+	Email Channel = "email"
+	SMS   Channel = "sms"
+)
+
+// Channels lists every channel.
+var Channels = []Channel{Email, SMS}
+
+// Valid reports whether c is a supported channel.
+func (c Channel) Valid() bool { return c == Email || c == SMS }
+
+// Reminder is one row of the reminders table.
+type Reminder struct {
+	ID             int64           `json:"id"`
+	Tenant         string          `json:"tenant"`
+	Key            string          `json:"key"`
+	Channel        Channel         `json:"channel"`
+	Recipient      string          `json:"recipient"`
+	Template       string          `json:"template"`
+	Data           json.RawMessage `json:"data"`
+	DueAt          time.Time       `json:"due_at"`
+	Deadline       time.Time       `json:"deadline"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	State          State           `json:"state"`
+	Fence          int64           `json:"fence"`
+	LeaseUntil     *time.Time      `json:"lease_until,omitempty"`
+	Attempts       int             `json:"attempts"`
+	NextAttemptAt  *time.Time      `json:"next_attempt_at,omitempty"`
+	EnqueuedAt     *time.Time      `json:"enqueued_at,omitempty"`
+	LastError      string          `json:"last_error,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+}
+
+// Event is one recorded state transition.
+type Event struct {
+	ID     int64     `json:"id"`
+	From   State     `json:"from,omitempty"`
+	To     State     `json:"to"`
+	Fence  int64     `json:"fence"`
+	Actor  string    `json:"actor"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}

@@ -1,0 +1,215 @@
+-- Nudge schema, version 1: reminder intent, delivery attempts, the event trail,
+-- and the intake functions a web tier in any language calls inside its own
+-- transaction. Unqualified names: the migration lands in the first schema of
+-- the connection's search_path, so one database can hold isolated installs.
+
+CREATE TABLE reminders (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant           text        NOT NULL,
+    key              text        NOT NULL,
+    channel          text        NOT NULL CHECK (channel IN ('email', 'sms')),
+    recipient        text        NOT NULL,
+    template         text        NOT NULL,
+    data             jsonb       NOT NULL DEFAULT '{}'::jsonb CHECK (jsonb_typeof(data) = 'object'),
+    due_at           timestamptz NOT NULL,
+    deadline         timestamptz NOT NULL,
+    -- Stable across every attempt and every replay: goes to the provider as
+    -- its idempotency key and (email) becomes the Message-ID.
+    -- Set by nudge_try_schedule from (tenant, key): see nudge_idempotency_key.
+    idempotency_key  text        NOT NULL,
+    state            text        NOT NULL DEFAULT 'pending' CHECK (state IN
+                         ('pending', 'leased', 'enqueued', 'sending', 'retrying',
+                          'delivered', 'failed', 'expired', 'canceled')),
+    -- Fencing token: bumped by every claim; a write guarded by an older value
+    -- is refused, so a holder whose lease was taken over cannot change the row.
+    fence            bigint      NOT NULL DEFAULT 0,
+    lease_until      timestamptz,
+    attempts         integer     NOT NULL DEFAULT 0,
+    next_attempt_at  timestamptz,
+    enqueued_at      timestamptz,
+    last_error       text,
+    reason           text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    finished_at      timestamptz,
+    CONSTRAINT reminders_logical_key UNIQUE (tenant, key),
+    CONSTRAINT reminders_deadline_after_due CHECK (deadline > due_at)
+);
+
+-- The dispatcher's claim query walks only due, pending work: this index holds
+-- pending rows alone, so it stays as small as the backlog however large the
+-- table of terminal history grows.
+CREATE INDEX reminders_pending_due ON reminders (due_at) WHERE state = 'pending';
+-- The reconciler's sweeps, each over one small partial index.
+CREATE INDEX reminders_leases ON reminders (lease_until) WHERE state IN ('leased', 'sending');
+CREATE INDEX reminders_enqueued ON reminders (enqueued_at) WHERE state = 'enqueued';
+CREATE INDEX reminders_retrying ON reminders (next_attempt_at) WHERE state = 'retrying';
+CREATE INDEX reminders_open_deadline ON reminders (deadline)
+    WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying');
+
+CREATE TABLE delivery_attempts (
+    id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    reminder_id         bigint      NOT NULL REFERENCES reminders (id) ON DELETE CASCADE,
+    attempt             integer     NOT NULL,
+    fence               bigint      NOT NULL,
+    worker              text        NOT NULL,
+    started_at          timestamptz NOT NULL,
+    finished_at         timestamptz,
+    -- NULL while the send is in flight (or its worker died mid-send).
+    outcome             text CHECK (outcome IN ('delivered', 'retryable', 'permanent', 'stale')),
+    provider_message_id text,
+    error               text
+);
+CREATE INDEX delivery_attempts_reminder ON delivery_attempts (reminder_id);
+
+-- Append-only: one row per state transition, with who decided and why.
+CREATE TABLE reminder_events (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    reminder_id bigint      NOT NULL REFERENCES reminders (id) ON DELETE CASCADE,
+    from_state  text,
+    to_state    text        NOT NULL,
+    fence       bigint      NOT NULL,
+    actor       text        NOT NULL,
+    reason      text        NOT NULL DEFAULT '',
+    at          timestamptz NOT NULL
+);
+CREATE INDEX reminder_events_reminder ON reminder_events (reminder_id, id);
+
+-- The idempotency key of a logical key: 'nudge-' and the hex SHA-256 of
+-- tenant, newline, key (UTF-8).
+CREATE FUNCTION nudge_idempotency_key(p_tenant text, p_key text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT 'nudge-' || encode(sha256(convert_to(p_tenant || E'\n' || p_key, 'UTF8')), 'hex')
+$$;
+
+-- Validates one reminder the way every intake path does. Returns NULL when it
+-- is valid, else the offending field and what was expected.
+CREATE FUNCTION nudge_validate(
+    p_tenant text, p_key text, p_channel text, p_recipient text, p_template text,
+    p_data jsonb, p_due_at timestamptz, p_deadline timestamptz,
+    OUT field text, OUT reason text)
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_tenant IS NULL OR btrim(p_tenant) = '' THEN
+        field := 'tenant'; reason := 'is required';
+    ELSIF length(p_tenant) > 128 THEN
+        field := 'tenant'; reason := 'must be at most 128 characters';
+    ELSIF p_key IS NULL OR btrim(p_key) = '' THEN
+        field := 'key'; reason := 'is required';
+    ELSIF length(p_key) > 512 THEN
+        field := 'key'; reason := 'must be at most 512 characters';
+    ELSIF p_channel IS NULL OR p_channel NOT IN ('email', 'sms') THEN
+        field := 'channel'; reason := 'must be "email" or "sms"';
+    ELSIF p_recipient IS NULL OR btrim(p_recipient) = '' THEN
+        field := 'recipient'; reason := 'is required';
+    ELSIF p_channel = 'email' AND p_recipient !~ '^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$' THEN
+        field := 'recipient'; reason := 'must be an email address like name@example.com';
+    ELSIF p_channel = 'sms' AND p_recipient !~ '^\+[1-9][0-9]{6,14}$' THEN
+        field := 'recipient'; reason := 'must be an E.164 phone number like +14155550100';
+    ELSIF p_template IS NULL OR p_template !~ '^[a-z0-9][a-z0-9._-]{0,127}$' THEN
+        field := 'template'; reason := 'must be a template name of lowercase letters, digits, ".", "_" or "-"';
+    ELSIF p_data IS NULL OR jsonb_typeof(p_data) <> 'object' THEN
+        field := 'data'; reason := 'must be a JSON object';
+    ELSIF p_due_at IS NULL THEN
+        field := 'due_at'; reason := 'is required (RFC 3339 time)';
+    ELSIF p_deadline IS NULL THEN
+        field := 'deadline'; reason := 'is required (RFC 3339 time)';
+    ELSIF p_deadline <= p_due_at THEN
+        field := 'deadline'; reason := 'must be after due_at';
+    END IF;
+END $$;
+
+-- Schedules one reminder without raising: the bulk paths call it for many
+-- rows in one statement and report each row's outcome. status is 'created',
+-- 'exists' (same key, same content: idempotent repeat), 'conflict' (same key,
+-- different content) or 'invalid'.
+CREATE FUNCTION nudge_try_schedule(
+    p_tenant text, p_key text, p_channel text, p_recipient text, p_template text,
+    p_data jsonb, p_due_at timestamptz, p_deadline timestamptz,
+    p_actor text DEFAULT 'intake',
+    OUT id bigint, OUT status text, OUT field text, OUT reason text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v      record;
+    r      reminders%ROWTYPE;
+BEGIN
+    SELECT * INTO v FROM nudge_validate(p_tenant, p_key, p_channel, p_recipient, p_template,
+                                        p_data, p_due_at, p_deadline);
+    IF v.field IS NOT NULL THEN
+        status := 'invalid'; field := v.field; reason := v.reason;
+        RETURN;
+    END IF;
+
+    INSERT INTO reminders AS t (tenant, key, channel, recipient, template, data, due_at, deadline,
+                                idempotency_key)
+    VALUES (p_tenant, p_key, p_channel, p_recipient, p_template, COALESCE(p_data, '{}'::jsonb),
+            p_due_at, p_deadline, nudge_idempotency_key(p_tenant, p_key))
+    ON CONFLICT ON CONSTRAINT reminders_logical_key DO NOTHING
+    RETURNING t.id INTO id;
+
+    IF id IS NOT NULL THEN
+        INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+        VALUES (id, NULL, 'pending', 0, p_actor, 'scheduled', now());
+        status := 'created';
+        RETURN;
+    END IF;
+
+    SELECT * INTO r FROM reminders t WHERE t.tenant = p_tenant AND t.key = p_key;
+    id := r.id;
+    IF r.channel = p_channel AND r.recipient = p_recipient AND r.template = p_template
+       AND r.data = COALESCE(p_data, '{}'::jsonb) AND r.due_at = p_due_at AND r.deadline = p_deadline THEN
+        status := 'exists';
+    ELSE
+        status := 'conflict'; field := 'key';
+        reason := format('key %L of tenant %L is already scheduled with different content', p_key, p_tenant);
+    END IF;
+END $$;
+
+-- Schedules one reminder and returns its id, raising on invalid input
+-- (SQLSTATE 22023, message 'nudge: field "F" R') or a key reused with other
+-- content (SQLSTATE 23505). For a web tier: SELECT nudge_schedule(...) inside
+-- the transaction that records the business change.
+CREATE FUNCTION nudge_schedule(
+    p_tenant text, p_key text, p_channel text, p_recipient text, p_template text,
+    p_data jsonb, p_due_at timestamptz, p_deadline timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    res record;
+BEGIN
+    SELECT * INTO res FROM nudge_try_schedule(p_tenant, p_key, p_channel, p_recipient, p_template,
+                                              p_data, p_due_at, p_deadline);
+    IF res.status = 'invalid' THEN
+        RAISE EXCEPTION 'nudge: field "%" %', res.field, res.reason
+            USING ERRCODE = '22023', COLUMN = res.field;
+    ELSIF res.status = 'conflict' THEN
+        RAISE EXCEPTION 'nudge: %', res.reason
+            USING ERRCODE = '23505', COLUMN = 'key', CONSTRAINT = 'reminders_logical_key';
+    END IF;
+    RETURN res.id;
+END $$;
+
+-- Cancels a reminder that has not been sent. Returns the state it is in
+-- afterwards: 'canceled', or the terminal state it already reached, or
+-- 'sending' when a send is in flight (too late to stop; the outcome will be
+-- recorded), or NULL when no such reminder exists.
+CREATE FUNCTION nudge_cancel(p_tenant text, p_key text, p_actor text DEFAULT 'intake',
+                             p_reason text DEFAULT 'canceled by application')
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r reminders%ROWTYPE;
+BEGIN
+    SELECT * INTO r FROM reminders WHERE tenant = p_tenant AND key = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF r.state IN ('delivered', 'failed', 'expired', 'canceled', 'sending') THEN
+        RETURN r.state;
+    END IF;
+    UPDATE reminders
+       SET state = 'canceled', fence = fence + 1, lease_until = NULL, reason = p_reason,
+           updated_at = now(), finished_at = now()
+     WHERE id = r.id;
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    VALUES (r.id, r.state, 'canceled', r.fence + 1, p_actor, p_reason, now());
+    RETURN 'canceled';
+END $$;
