@@ -1,0 +1,178 @@
+// Package broker owns Nudge's use of RabbitMQ: the topology every binary
+// declares, a publisher that only reports a message sent once the broker has
+// confirmed and routed it, and a consumer session with explicit recovery.
+//
+// The topology per channel C (with prefix P, default "nudge"):
+//
+//	P.work      direct exchange; routing key C → queue P.C
+//	P.C         quorum work queue: x-delivery-limit, dead-letters at least once to P.dead
+//	P.dead      direct exchange; routing key C → queue P.C.dead
+//	P.C.dead    quorum dead-letter queue, inspected and replayed by operators
+//	P.C.retry.D quorum retry tier with x-message-ttl D, dead-lettering back to
+//	            P.work with routing key C (one queue per delay: expiry only
+//	            happens at the head, so one TTL per queue keeps tiers honest)
+//
+// Declarations are idempotent; a queue declared earlier with other arguments
+// makes the declaration fail loudly (406) rather than run with a drifted shape.
+package broker
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Topology names and shapes the exchanges and queues.
+type Topology struct {
+	// Prefix starts every exchange and queue name. Zero value: "nudge".
+	Prefix string
+	// Channels are the routing keys with a work queue each. Zero value: email, sms.
+	Channels []string
+	// DeliveryLimit is x-delivery-limit on work queues: a message delivered
+	// more than this many times (crash loops, channel closes) is dead-lettered
+	// with reason delivery_limit. Zero value: 10.
+	DeliveryLimit int
+	// MaxLength bounds each queue; publishes beyond it are refused
+	// (reject-publish), which at-least-once dead-lettering requires. Zero value: 10,000,000.
+	MaxLength int
+	// RetryTiers are the retry delays, one queue each. Zero value: DefaultRetryTiers.
+	RetryTiers []time.Duration
+}
+
+// DefaultRetryTiers are the delays of the retry queues.
+var DefaultRetryTiers = []time.Duration{
+	time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour,
+}
+
+// WithDefaults returns t with zero fields filled.
+func (t Topology) WithDefaults() Topology {
+	if t.Prefix == "" {
+		t.Prefix = "nudge"
+	}
+	if len(t.Channels) == 0 {
+		t.Channels = []string{"email", "sms"}
+	}
+	if t.DeliveryLimit == 0 {
+		t.DeliveryLimit = 10
+	}
+	if t.MaxLength == 0 {
+		t.MaxLength = 10_000_000
+	}
+	if len(t.RetryTiers) == 0 {
+		t.RetryTiers = DefaultRetryTiers
+	}
+	tiers := append([]time.Duration(nil), t.RetryTiers...)
+	sort.Slice(tiers, func(i, j int) bool { return tiers[i] < tiers[j] })
+	t.RetryTiers = tiers
+	return t
+}
+
+// WorkExchange is the exchange the dispatcher publishes to.
+func (t Topology) WorkExchange() string { return t.Prefix + ".work" }
+
+// DeadExchange receives dead letters.
+func (t Topology) DeadExchange() string { return t.Prefix + ".dead" }
+
+// Queue is the work queue of a channel.
+func (t Topology) Queue(channel string) string { return t.Prefix + "." + channel }
+
+// DeadQueue is the dead-letter queue of a channel.
+func (t Topology) DeadQueue(channel string) string { return t.Prefix + "." + channel + ".dead" }
+
+// RetryQueue is the retry tier of a channel with the given delay.
+func (t Topology) RetryQueue(channel string, delay time.Duration) string {
+	return fmt.Sprintf("%s.%s.retry.%s", t.Prefix, channel, delay)
+}
+
+// Tier returns the shortest retry tier at least as long as want, or the
+// longest tier when want exceeds them all.
+func (t Topology) Tier(want time.Duration) time.Duration {
+	for _, d := range t.RetryTiers {
+		if d >= want {
+			return d
+		}
+	}
+	return t.RetryTiers[len(t.RetryTiers)-1]
+}
+
+// Queues lists every queue name, for cleanup and inspection.
+func (t Topology) Queues() []string {
+	var out []string
+	for _, c := range t.Channels {
+		out = append(out, t.Queue(c), t.DeadQueue(c))
+		for _, d := range t.RetryTiers {
+			out = append(out, t.RetryQueue(c, d))
+		}
+	}
+	return out
+}
+
+func (t Topology) quorumArgs() amqp.Table {
+	return amqp.Table{
+		"x-queue-type":           "quorum",
+		"x-overflow":             "reject-publish",
+		"x-max-length":           int64(t.MaxLength),
+		"x-dead-letter-strategy": "at-least-once",
+		"x-dead-letter-exchange": t.DeadExchange(),
+	}
+}
+
+// Declare declares the whole topology on ch.
+func (t Topology) Declare(ch *amqp.Channel) error {
+	for _, ex := range []string{t.WorkExchange(), t.DeadExchange()} {
+		if err := ch.ExchangeDeclare(ex, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declaring exchange %s: %w", ex, err)
+		}
+	}
+	for _, c := range t.Channels {
+		work := t.quorumArgs()
+		work["x-delivery-limit"] = int64(t.DeliveryLimit)
+		if err := declareBound(ch, t.Queue(c), work, t.WorkExchange(), c); err != nil {
+			return err
+		}
+		dead := amqp.Table{"x-queue-type": "quorum"}
+		if err := declareBound(ch, t.DeadQueue(c), dead, t.DeadExchange(), c); err != nil {
+			return err
+		}
+		for _, d := range t.RetryTiers {
+			retry := t.quorumArgs()
+			retry["x-message-ttl"] = d.Milliseconds()
+			retry["x-dead-letter-exchange"] = t.WorkExchange()
+			retry["x-dead-letter-routing-key"] = c
+			if err := declareBound(ch, t.RetryQueue(c, d), retry, "", ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func declareBound(ch *amqp.Channel, queue string, args amqp.Table, exchange, key string) error {
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		return fmt.Errorf("declaring queue %s: %w", queue, err)
+	}
+	if exchange == "" {
+		return nil // reached through the default exchange by queue name
+	}
+	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
+		return fmt.Errorf("binding queue %s to %s/%s: %w", queue, exchange, key, err)
+	}
+	return nil
+}
+
+// Delete removes every queue and exchange of the topology (tests and demos).
+func (t Topology) Delete(ch *amqp.Channel) error {
+	for _, q := range t.Queues() {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			return fmt.Errorf("deleting queue %s: %w", q, err)
+		}
+	}
+	for _, ex := range []string{t.WorkExchange(), t.DeadExchange()} {
+		if err := ch.ExchangeDelete(ex, false, false); err != nil {
+			return fmt.Errorf("deleting exchange %s: %w", ex, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+-- Every statement the dispatcher, workers and reconciler run against the
+-- reminders table. Each transition is one statement that updates the rows,
+-- appends their events and returns what changed, for a whole batch at once;
+-- each is guarded by the fence (and the state) it expects, so a writer whose
+-- lease was taken over changes nothing. Time always comes from the caller's
+-- clock (@now), never from now().
+
+-- name: ClaimDue
+-- pending rows due before the run's fixed cutoff become leased under a new
+-- fence; those already past their deadline become expired instead.
+WITH due AS (
+    SELECT id, state AS old_state
+      FROM reminders
+     WHERE state = 'pending' AND due_at <= @cutoff
+     ORDER BY due_at, id
+     LIMIT @limit
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE reminders r
+       SET state       = CASE WHEN r.deadline <= @now THEN 'expired' ELSE 'leased' END,
+           fence       = r.fence + 1,
+           lease_until = CASE WHEN r.deadline <= @now THEN NULL ELSE @lease_until::timestamptz END,
+           reason      = CASE WHEN r.deadline <= @now THEN 'deadline passed before dispatch' ELSE r.reason END,
+           finished_at = CASE WHEN r.deadline <= @now THEN @now::timestamptz END,
+           updated_at  = @now
+      FROM due
+     WHERE r.id = due.id
+ RETURNING r.id, due.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, state, fence, @actor,
+           CASE state WHEN 'expired' THEN 'deadline passed before dispatch' ELSE 'claimed for dispatch' END, @now
+      FROM claimed
+)
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts FROM claimed;
+
+-- name: Reclaim
+-- The reconciler's republish: rows whose message is presumed lost (enqueued or
+-- retrying and overdue) or whose worker died mid-send (sending, lease expired)
+-- are leased again under a new fence, to be published again. Rows already past
+-- their deadline are left to ExpireOverdue.
+WITH stuck AS (
+    SELECT id, state AS old_state
+      FROM reminders
+     WHERE deadline > @now
+       AND ((state = 'enqueued' AND enqueued_at <= @overdue_before)
+         OR (state = 'retrying' AND next_attempt_at <= @overdue_before)
+         OR (state = 'sending'  AND lease_until <= @now))
+     ORDER BY id
+     LIMIT @limit
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE reminders r
+       SET state = 'leased', fence = r.fence + 1, lease_until = @lease_until, updated_at = @now
+      FROM stuck
+     WHERE r.id = stuck.id
+ RETURNING r.id, stuck.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, state, fence, @actor,
+           CASE old_state WHEN 'sending' THEN 'send lease expired; retrying with the same idempotency key'
+                          ELSE 'message overdue; republishing' END, @now
+      FROM claimed
+)
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts FROM claimed;
+
+-- name: MarkEnqueued
+-- leased → enqueued, only for the fence the publisher held.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), upd AS (
+    UPDATE reminders r
+       SET state = 'enqueued', lease_until = NULL, enqueued_at = @now, updated_at = @now
+      FROM m
+     WHERE r.id = m.id AND r.fence = m.fence AND r.state = 'leased'
+ RETURNING r.id, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, 'leased', 'enqueued', fence, @actor, 'publish confirmed', @now FROM upd
+)
+SELECT id FROM upd;
+
+-- name: Release
+-- leased → pending under a new fence: the publish was not confirmed, or the
+-- lease expired with its holder gone. The next dispatcher run claims it again.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), upd AS (
+    UPDATE reminders r
+       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+           last_error = @reason
+      FROM m
+     WHERE r.id = m.id AND r.fence = m.fence AND r.state = 'leased'
+ RETURNING r.id, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, 'leased', 'pending', fence, @actor, @reason, @now FROM upd
+)
+SELECT id FROM upd;
+
+-- name: ReleaseExpiredLeases
+-- leased rows whose holder (a dispatcher or reconciler) died return to pending.
+WITH stale AS (
+    SELECT id FROM reminders
+     WHERE state = 'leased' AND lease_until <= @now
+     ORDER BY lease_until
+     LIMIT @limit
+       FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE reminders r
+       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, updated_at = @now
+      FROM stale
+     WHERE r.id = stale.id
+ RETURNING r.id, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, 'leased', 'pending', fence, @actor, 'dispatch lease expired', @now FROM upd
+)
+SELECT count(*) FROM upd;
+
+-- name: ExpireOverdue
+-- Every open reminder at or past its deadline ends as expired, except one
+-- whose send is in flight under a live lease (its worker records the outcome).
+WITH late AS (
+    SELECT id, state AS old_state
+      FROM reminders
+     WHERE deadline <= @now
+       AND (state IN ('pending', 'leased', 'enqueued', 'retrying')
+         OR (state = 'sending' AND lease_until <= @now))
+     ORDER BY deadline
+     LIMIT @limit
+       FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE reminders r
+       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+           finished_at = @now,
+           reason = CASE late.old_state
+                        WHEN 'sending' THEN 'deadline passed; last send attempt outcome unknown'
+                        ELSE 'deadline passed while ' || late.old_state END
+      FROM late
+     WHERE r.id = late.id
+ RETURNING r.id, late.old_state, r.fence, r.reason
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, 'expired', fence, @actor, reason, @now FROM upd
+)
+SELECT count(*) FROM upd;
+
+-- name: LoadForDelivery
+SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempotency_key,
+       state, fence, attempts
+  FROM reminders
+ WHERE id = ANY(@ids::bigint[]);
+
+-- name: ClaimAttempts
+-- A worker's conditional write before sending: enqueued or retrying rows
+-- still carrying the message's fence, due and before their deadline, become
+-- sending under a new fence with a send lease; each gets an attempt row.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence
+      FROM m JOIN reminders r ON r.id = m.id
+), upd AS (
+    UPDATE reminders r
+       SET state = 'sending', fence = r.fence + 1, attempts = r.attempts + 1,
+           lease_until = @lease_until, next_attempt_at = NULL, updated_at = @now
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence
+       AND r.state IN ('enqueued', 'retrying')
+       AND r.deadline > @now AND r.due_at <= @now
+ RETURNING r.id, cur.old_state, r.fence, r.attempts
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, 'sending', fence, @actor, 'attempt ' || attempts || ' claimed', @now FROM upd
+), att AS (
+    INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at)
+    SELECT id, attempts, fence, @actor, @now FROM upd
+ RETURNING id, reminder_id
+)
+SELECT upd.id, upd.fence, upd.attempts, att.id FROM upd JOIN att ON att.reminder_id = upd.id;
+
+-- name: ExpireFenced
+-- A worker found the deadline reached before sending: enqueued or retrying
+-- rows still at the message's fence become expired.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
+), upd AS (
+    UPDATE reminders r
+       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+           finished_at = @now, reason = @reason
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('enqueued', 'retrying')
+       AND r.deadline <= @now
+ RETURNING r.id, cur.old_state, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, 'expired', fence, @actor, @reason, @now FROM upd
+)
+SELECT id FROM upd;
+
+-- name: RecordOutcomes
+-- After the provider answered: each attempt row gets its outcome whatever
+-- happened to the lease; each reminder still sending under the attempt's fence
+-- moves to its new state (delivered, retrying, failed or expired).
+WITH o AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @attempt_ids::bigint[], @states::text[],
+                         @outcomes::text[], @next_attempts::timestamptz[], @errors::text[],
+                         @reasons::text[], @provider_ids::text[])
+           AS o(id, fence, attempt_id, state, outcome, next_attempt_at, error, reason, provider_id)
+), upd AS (
+    UPDATE reminders r
+       SET state = o.state, next_attempt_at = o.next_attempt_at, lease_until = NULL,
+           last_error = coalesce(nullif(o.error, ''), r.last_error),
+           reason = nullif(o.reason, ''),
+           finished_at = CASE WHEN o.state IN ('delivered', 'failed', 'expired') THEN @now::timestamptz END,
+           updated_at = @now
+      FROM o
+     WHERE r.id = o.id AND r.fence = o.fence AND r.state = 'sending'
+ RETURNING r.id, r.state, r.fence, o.reason
+), att AS (
+    UPDATE delivery_attempts a
+       SET finished_at = @now,
+           outcome = o.outcome,
+           provider_message_id = nullif(o.provider_id, ''),
+           error = CASE WHEN upd.id IS NULL
+                        THEN concat_ws('; ', nullif(o.error, ''), 'recorded after the lease was taken over')
+                        ELSE nullif(o.error, '') END
+      FROM o LEFT JOIN upd ON upd.id = o.id
+     WHERE a.id = o.attempt_id
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, 'sending', state, fence, @actor, coalesce(nullif(reason, ''), state), @now FROM upd
+)
+SELECT id FROM upd;

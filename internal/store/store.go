@@ -1,0 +1,326 @@
+// Package store holds every state transition the dispatcher, workers and
+// reconciler make, as batched, fenced SQL statements (queries.sql). The
+// database is the source of truth: a transition that finds the row moved on
+// (another fence, another state) changes nothing and says so by omission from
+// its result, and the caller treats that as "someone else owns it now".
+package store
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = parseQueries(queriesSQL)
+
+// parseQueries splits queries.sql at "-- name: X" lines and drops comment lines.
+func parseQueries(src string) map[string]string {
+	out := map[string]string{}
+	var name string
+	var b strings.Builder
+	flush := func() {
+		if name != "" {
+			out[name] = strings.TrimSpace(b.String())
+		}
+		b.Reset()
+	}
+	sc := bufio.NewScanner(strings.NewReader(src))
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		if n, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
+			flush()
+			name = strings.TrimSpace(n)
+			continue
+		}
+		if strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	flush()
+	return out
+}
+
+func query(name string) string {
+	q, ok := queries[name]
+	if !ok {
+		panic("store: no query named " + name + " in queries.sql")
+	}
+	return q
+}
+
+// Store runs the transitions against a pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Pool returns the underlying pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Fenced names a reminder together with the fence its holder expects.
+type Fenced struct {
+	ID    int64
+	Fence int64
+}
+
+// Claimed is a reminder that a claim leased (or expired) for its caller.
+type Claimed struct {
+	ID             int64
+	State          reminder.State
+	Fence          int64
+	Channel        reminder.Channel
+	Tenant         string
+	IdempotencyKey string
+	Deadline       time.Time
+	Attempts       int
+}
+
+func collectClaimed(rows pgx.Rows) ([]Claimed, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		var c Claimed
+		err := r.Scan(&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline, &c.Attempts)
+		return c, err
+	})
+}
+
+// ClaimDue leases up to limit pending reminders due at or before cutoff, in
+// due order, skipping rows another claimer holds. Reminders already at or
+// past their deadline are expired instead and returned with State Expired.
+func (s *Store) ClaimDue(ctx context.Context, now, cutoff time.Time, limit int, lease time.Duration, actor string) ([]Claimed, error) {
+	rows, err := s.pool.Query(ctx, query("ClaimDue"), pgx.NamedArgs{
+		"now": now, "cutoff": cutoff, "limit": limit, "lease_until": now.Add(lease), "actor": actor,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming due reminders: %w", err)
+	}
+	out, err := collectClaimed(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claiming due reminders: %w", err)
+	}
+	return out, nil
+}
+
+// Reclaim leases again, under a new fence, up to limit reminders whose
+// message is overdue (enqueued or retrying longer than overdue ago) or whose
+// send lease expired, so they can be published again.
+func (s *Store) Reclaim(ctx context.Context, now time.Time, overdue time.Duration, limit int, lease time.Duration, actor string) ([]Claimed, error) {
+	rows, err := s.pool.Query(ctx, query("Reclaim"), pgx.NamedArgs{
+		"now": now, "overdue_before": now.Add(-overdue), "limit": limit, "lease_until": now.Add(lease), "actor": actor,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
+	}
+	out, err := collectClaimed(rows)
+	if err != nil {
+		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
+	}
+	return out, nil
+}
+
+func split(fs []Fenced) (ids, fences []int64) {
+	ids, fences = make([]int64, len(fs)), make([]int64, len(fs))
+	for i, f := range fs {
+		ids[i], fences[i] = f.ID, f.Fence
+	}
+	return ids, fences
+}
+
+func (s *Store) ids(ctx context.Context, op, name string, args pgx.NamedArgs) (map[int64]bool, error) {
+	rows, err := s.pool.Query(ctx, query(name), args)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	out := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// MarkEnqueued moves leased reminders whose publish was confirmed to
+// enqueued, for the fences given. It returns the ids it moved.
+func (s *Store) MarkEnqueued(ctx context.Context, now time.Time, fs []Fenced, actor string) (map[int64]bool, error) {
+	ids, fences := split(fs)
+	return s.ids(ctx, "recording enqueued reminders", "MarkEnqueued", pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "actor": actor,
+	})
+}
+
+// Release returns leased reminders to pending under a new fence.
+func (s *Store) Release(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
+	ids, fences := split(fs)
+	return s.ids(ctx, "releasing leases", "Release", pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
+	})
+}
+
+func (s *Store) count(ctx context.Context, op, name string, args pgx.NamedArgs) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, query(name), args).Scan(&n); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	return n, nil
+}
+
+// ReleaseExpiredLeases returns up to limit leased reminders whose lease
+// expired to pending, and says how many.
+func (s *Store) ReleaseExpiredLeases(ctx context.Context, now time.Time, limit int, actor string) (int, error) {
+	return s.count(ctx, "releasing expired leases", "ReleaseExpiredLeases", pgx.NamedArgs{
+		"now": now, "limit": limit, "actor": actor,
+	})
+}
+
+// ExpireOverdue expires up to limit open reminders at or past their deadline
+// (not those being sent under a live lease), and says how many.
+func (s *Store) ExpireOverdue(ctx context.Context, now time.Time, limit int, actor string) (int, error) {
+	return s.count(ctx, "expiring overdue reminders", "ExpireOverdue", pgx.NamedArgs{
+		"now": now, "limit": limit, "actor": actor,
+	})
+}
+
+// Delivery is what a worker needs to decide about and send one reminder.
+type Delivery struct {
+	ID             int64
+	Tenant         string
+	Channel        reminder.Channel
+	Recipient      string
+	Template       string
+	Data           map[string]any
+	DueAt          time.Time
+	Deadline       time.Time
+	IdempotencyKey string
+	State          reminder.State
+	Fence          int64
+	Attempts       int
+}
+
+// LoadForDelivery reads the current rows of the given reminders.
+func (s *Store) LoadForDelivery(ctx context.Context, ids []int64) (map[int64]Delivery, error) {
+	rows, err := s.pool.Query(ctx, query("LoadForDelivery"), pgx.NamedArgs{"ids": ids})
+	if err != nil {
+		return nil, fmt.Errorf("reading reminders for delivery: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+		var d Delivery
+		var data []byte
+		err := r.Scan(&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
+			&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts)
+		if err == nil {
+			err = json.Unmarshal(data, &d.Data)
+		}
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading reminders for delivery: %w", err)
+	}
+	out := make(map[int64]Delivery, len(ds))
+	for _, d := range ds {
+		out[d.ID] = d
+	}
+	return out, nil
+}
+
+// Attempt is a claimed send attempt.
+type Attempt struct {
+	ReminderID int64
+	// Fence is the reminder's new fence, held for the duration of the send.
+	Fence     int64
+	Number    int
+	AttemptID int64
+}
+
+// ClaimAttempts moves the given reminders from enqueued or retrying to
+// sending, each only while it still has the given fence, is due and is
+// before its deadline at now. It returns the attempts it claimed by reminder id.
+func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Attempt, error) {
+	ids, fences := split(fs)
+	rows, err := s.pool.Query(ctx, query("ClaimAttempts"), pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "lease_until": now.Add(lease), "actor": actor,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming send attempts: %w", err)
+	}
+	as, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := r.Scan(&a.ReminderID, &a.Fence, &a.Number, &a.AttemptID)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming send attempts: %w", err)
+	}
+	out := make(map[int64]Attempt, len(as))
+	for _, a := range as {
+		out[a.ReminderID] = a
+	}
+	return out, nil
+}
+
+// ExpireFenced expires enqueued or retrying reminders at the given fences
+// whose deadline is at or before now.
+func (s *Store) ExpireFenced(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
+	ids, fences := split(fs)
+	return s.ids(ctx, "expiring reminders", "ExpireFenced", pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
+	})
+}
+
+// Outcome is the result of one send attempt.
+type Outcome struct {
+	ReminderID int64
+	// Fence is the attempt's fence (Attempt.Fence).
+	Fence     int64
+	AttemptID int64
+	// State is the reminder's next state: Delivered, Retrying, Failed or Expired.
+	State reminder.State
+	// AttemptOutcome is "delivered", "retryable" or "permanent".
+	AttemptOutcome string
+	// NextAttemptAt is set with State Retrying.
+	NextAttemptAt *time.Time
+	Error         string
+	Reason        string
+	ProviderID    string
+}
+
+// RecordOutcomes records the attempts' outcomes and moves each reminder still
+// sending under its attempt's fence to its next state. It returns the ids of
+// the reminders it moved; an outcome missing from it lost its lease.
+func (s *Store) RecordOutcomes(ctx context.Context, now time.Time, os []Outcome, actor string) (map[int64]bool, error) {
+	n := len(os)
+	var (
+		ids, fences, attemptIDs                  = make([]int64, n), make([]int64, n), make([]int64, n)
+		states, outcomes, errs, reasons, provIDs = make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n)
+		next = make([]*time.Time, n)
+	)
+	for i, o := range os {
+		ids[i], fences[i], attemptIDs[i] = o.ReminderID, o.Fence, o.AttemptID
+		states[i], outcomes[i], errs[i], reasons[i], provIDs[i] = string(o.State), o.AttemptOutcome, o.Error, o.Reason, o.ProviderID
+		next[i] = o.NextAttemptAt
+	}
+	return s.ids(ctx, "recording send outcomes", "RecordOutcomes", pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "attempt_ids": attemptIDs, "states": states,
+		"outcomes": outcomes, "next_attempts": next, "errors": errs, "reasons": reasons,
+		"provider_ids": provIDs, "actor": actor,
+	})
+}

@@ -1,0 +1,362 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+var t0 = time.Date(2026, 8, 12, 9, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	db    *testenv.DB
+	st    *store.Store
+	clock *clock.Fake
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	db := testenv.Postgres(t)
+	return bundle{db: db, st: store.New(db.Pool), clock: clock.NewFake(t0)}
+}
+
+// schedule records a reminder due at due with the given deadline.
+func (b bundle) schedule(t *testing.T, key string, due, deadline time.Time) int64 {
+	t.Helper()
+	res, err := intake.Schedule(context.Background(), b.db.Pool, intake.Request{
+		Tenant: "acme", Key: key, Channel: reminder.Email, Recipient: "a@example.com",
+		Template: "course-expiry", DueAt: due, Deadline: deadline,
+	})
+	require.NoError(t, err)
+	return res.ID
+}
+
+func (b bundle) get(t *testing.T, id int64) reminder.Reminder {
+	t.Helper()
+	r, err := intake.Get(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	return r
+}
+
+func (b bundle) lastEvent(t *testing.T, id int64) reminder.Event {
+	t.Helper()
+	evs, err := intake.Events(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	return evs[len(evs)-1]
+}
+
+func TestClaimDueRespectsCutoffDeadlineAndLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+
+	due := b.schedule(t, "due", now.Add(-time.Minute), now.Add(time.Hour))
+	later := b.schedule(t, "later", now.Add(time.Second), now.Add(time.Hour))
+	late := b.schedule(t, "late", now.Add(-2*time.Hour), now.Add(-time.Hour))
+
+	got, err := b.st.ClaimDue(ctx, now, now, 10, time.Minute, "dispatcher-1")
+	require.NoError(t, err)
+	require.Len(t, got, 2, "the row due after the cutoff is not claimed")
+
+	r := b.get(t, due)
+	require.Equal(t, reminder.Leased, r.State)
+	require.Equal(t, int64(1), r.Fence)
+	require.Equal(t, now.Add(time.Minute), r.LeaseUntil.UTC())
+	require.Equal(t, "claimed for dispatch", b.lastEvent(t, due).Reason)
+
+	r = b.get(t, late)
+	require.Equal(t, reminder.Expired, r.State, "a row past its deadline is expired, never leased")
+	require.Equal(t, "deadline passed before dispatch", r.Reason)
+	require.Equal(t, reminder.Pending, b.get(t, later).State)
+
+	// Limit: only one of two due rows per claim.
+	b.schedule(t, "d2", now.Add(-time.Second), now.Add(time.Hour))
+	b.schedule(t, "d3", now.Add(-time.Second), now.Add(time.Hour))
+	got, err = b.st.ClaimDue(ctx, now, now, 1, time.Minute, "dispatcher-1")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}
+
+func TestTwoClaimersNeverShareARow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	for i := range 200 {
+		b.schedule(t, fmt.Sprint("k", i), now.Add(-time.Minute), now.Add(time.Hour))
+	}
+	results := make(chan []store.Claimed, 4)
+	for w := range 4 {
+		go func() {
+			var all []store.Claimed
+			for {
+				got, err := b.st.ClaimDue(ctx, now, now, 7, time.Minute, fmt.Sprint("d", w))
+				if err != nil || len(got) == 0 {
+					results <- all
+					return
+				}
+				all = append(all, got...)
+			}
+		}()
+	}
+	seen := map[int64]bool{}
+	for range 4 {
+		for _, c := range <-results {
+			require.False(t, seen[c.ID], "reminder %d claimed twice", c.ID)
+			seen[c.ID] = true
+		}
+	}
+	require.Len(t, seen, 200)
+}
+
+func TestMarkEnqueuedRefusesStaleFence(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+
+	got, err := b.st.ClaimDue(ctx, now, now, 10, time.Minute, "d1")
+	require.NoError(t, err)
+	stale := store.Fenced{ID: id, Fence: got[0].Fence}
+
+	// The lease expires and the reconciler returns the row to pending.
+	b.clock.Advance(2 * time.Minute)
+	n, err := b.st.ReleaseExpiredLeases(ctx, b.clock.Now(), 100, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, reminder.Pending, b.get(t, id).State)
+
+	moved, err := b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{stale}, "d1")
+	require.NoError(t, err)
+	require.Empty(t, moved, "the dispatcher whose lease expired cannot record enqueued")
+	require.Equal(t, reminder.Pending, b.get(t, id).State)
+
+	// A fresh claim and a confirmed publish record it.
+	got, err = b.st.ClaimDue(ctx, b.clock.Now(), b.clock.Now(), 10, time.Minute, "d2")
+	require.NoError(t, err)
+	moved, err = b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: got[0].Fence}}, "d2")
+	require.NoError(t, err)
+	require.True(t, moved[id])
+	r := b.get(t, id)
+	require.Equal(t, reminder.Enqueued, r.State)
+	require.Nil(t, r.LeaseUntil)
+}
+
+// enqueue takes every due pending reminder to enqueued and returns the fence of id.
+func (b bundle) enqueue(t *testing.T, id int64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	now := b.clock.Now()
+	got, err := b.st.ClaimDue(ctx, now, now, 1000, time.Minute, "d")
+	require.NoError(t, err)
+	var fs []store.Fenced
+	for _, c := range got {
+		fs = append(fs, store.Fenced{ID: c.ID, Fence: c.Fence})
+	}
+	_, err = b.st.MarkEnqueued(ctx, now, fs, "d")
+	require.NoError(t, err)
+	r := b.get(t, id)
+	require.Equal(t, reminder.Enqueued, r.State)
+	return r.Fence
+}
+
+func TestAttemptLifecycleAndRefusals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+	msgFence := b.enqueue(t, id)
+
+	// A message with an older fence (superseded) cannot claim.
+	got, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: msgFence - 1}}, time.Minute, "w1")
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	got, err = b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: msgFence}}, time.Minute, "w1")
+	require.NoError(t, err)
+	att := got[id]
+	require.Equal(t, 1, att.Number)
+	require.Equal(t, msgFence+1, att.Fence)
+	require.Equal(t, reminder.Sending, b.get(t, id).State)
+
+	// The same message delivered twice: the second claim finds nothing.
+	again, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: msgFence}}, time.Minute, "w2")
+	require.NoError(t, err)
+	require.Empty(t, again, "duplicate delivery must not claim a second attempt")
+
+	// Retryable failure → retrying, fence kept for the retry message.
+	next := now.Add(5 * time.Second)
+	moved, err := b.st.RecordOutcomes(ctx, now, []store.Outcome{{ReminderID: id, Fence: att.Fence, AttemptID: att.AttemptID,
+		State: reminder.Retrying, AttemptOutcome: "retryable", NextAttemptAt: &next, Error: "http_503"}}, "w1")
+	require.NoError(t, err)
+	require.True(t, moved[id])
+	r := b.get(t, id)
+	require.Equal(t, reminder.Retrying, r.State)
+	require.Equal(t, next, r.NextAttemptAt.UTC())
+	require.Equal(t, "http_503", r.LastError)
+
+	// Second attempt from the retry message, delivered.
+	b.clock.Advance(5 * time.Second)
+	got, err = b.st.ClaimAttempts(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: att.Fence}}, time.Minute, "w2")
+	require.NoError(t, err)
+	att2 := got[id]
+	require.Equal(t, 2, att2.Number)
+	moved, err = b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: att2.Fence,
+		AttemptID: att2.AttemptID, State: reminder.Delivered, AttemptOutcome: "delivered", ProviderID: "p-1"}}, "w2")
+	require.NoError(t, err)
+	require.True(t, moved[id])
+	r = b.get(t, id)
+	require.Equal(t, reminder.Delivered, r.State)
+	require.NotNil(t, r.FinishedAt)
+
+	// Terminal: nothing moves it any more.
+	moved, err = b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: att2.Fence,
+		AttemptID: att2.AttemptID, State: reminder.Failed, AttemptOutcome: "permanent"}}, "w2")
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	b.clock.Advance(2 * time.Hour)
+	n, err := b.st.ExpireOverdue(ctx, b.clock.Now(), 100, "reconciler")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, reminder.Delivered, b.get(t, id).State)
+
+	var attempts int
+	require.NoError(t, b.db.Pool.QueryRow(ctx,
+		`SELECT count(*) FROM delivery_attempts WHERE reminder_id = $1 AND outcome IS NOT NULL`, id).Scan(&attempts))
+	require.Equal(t, 2, attempts)
+}
+
+func TestClaimAttemptRefusedAtOrAfterDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Minute))
+	fence := b.enqueue(t, id)
+
+	b.clock.Advance(time.Minute) // exactly the deadline: too late
+	got, err := b.st.ClaimAttempts(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "w")
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	moved, err := b.st.ExpireFenced(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence}}, "w", "deadline reached while queued")
+	require.NoError(t, err)
+	require.True(t, moved[id])
+	r := b.get(t, id)
+	require.Equal(t, reminder.Expired, r.State)
+	require.Equal(t, "deadline reached while queued", r.Reason)
+}
+
+func TestStaleSenderCannotRecordAfterTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+	fence := b.enqueue(t, id)
+	got, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: fence}}, 30*time.Second, "slow-worker")
+	require.NoError(t, err)
+	slow := got[id]
+
+	// The send lease expires; the reconciler takes the reminder over.
+	b.clock.Advance(time.Minute)
+	re, err := b.st.Reclaim(ctx, b.clock.Now(), 30*time.Second, 100, time.Minute, "reconciler")
+	require.NoError(t, err)
+	require.Len(t, re, 1)
+	require.Greater(t, re[0].Fence, slow.Fence)
+	require.Equal(t, "send lease expired; retrying with the same idempotency key", b.lastEvent(t, id).Reason)
+
+	// The slow worker finally answers: its write is refused by the fence,
+	// but its attempt row still records what the provider said.
+	moved, err := b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: slow.Fence,
+		AttemptID: slow.AttemptID, State: reminder.Delivered, AttemptOutcome: "delivered", ProviderID: "p-9"}}, "slow-worker")
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	require.Equal(t, reminder.Leased, b.get(t, id).State)
+	var outcome, errText string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT outcome, error FROM delivery_attempts WHERE id = $1`,
+		slow.AttemptID).Scan(&outcome, &errText))
+	require.Equal(t, "delivered", outcome)
+	require.Contains(t, errText, "taken over")
+}
+
+func TestReclaimOverdueMessagesAndExpireOverdue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	lost := b.schedule(t, "lost", now.Add(-time.Minute), now.Add(time.Hour))
+	soon := b.schedule(t, "soon", now.Add(-time.Minute), now.Add(3*time.Minute))
+	b.enqueue(t, lost)
+	b.enqueue(t, soon)
+
+	b.clock.Advance(2 * time.Minute)
+	re, err := b.st.Reclaim(ctx, b.clock.Now(), 5*time.Minute, 100, time.Minute, "reconciler")
+	require.NoError(t, err)
+	require.Empty(t, re, "not overdue yet")
+
+	b.clock.Advance(4 * time.Minute) // lost is overdue; soon is past its deadline
+	re, err = b.st.Reclaim(ctx, b.clock.Now(), 5*time.Minute, 100, time.Minute, "reconciler")
+	require.NoError(t, err)
+	require.Len(t, re, 1)
+	require.Equal(t, lost, re[0].ID)
+
+	n, err := b.st.ExpireOverdue(ctx, b.clock.Now(), 100, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	r := b.get(t, soon)
+	require.Equal(t, reminder.Expired, r.State)
+	require.Equal(t, "deadline passed while enqueued", r.Reason)
+}
+
+func TestExpireOverdueSparesLiveSend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Second))
+	fence := b.enqueue(t, id)
+	_, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "w")
+	require.NoError(t, err)
+
+	b.clock.Advance(2 * time.Second) // past the deadline, send lease still live
+	n, err := b.st.ExpireOverdue(ctx, b.clock.Now(), 100, "reconciler")
+	require.NoError(t, err)
+	require.Zero(t, n, "a send in flight under a live lease records its own outcome")
+
+	b.clock.Advance(time.Minute) // the lease expired: the worker died
+	n, err = b.st.ExpireOverdue(ctx, b.clock.Now(), 100, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "deadline passed; last send attempt outcome unknown", b.get(t, id).Reason)
+}
+
+func TestCanceledWhileQueuedCannotBeClaimed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+	fence := b.enqueue(t, id)
+	st, err := intake.Cancel(ctx, b.db.Pool, "acme", "k", "test", "learner unsubscribed")
+	require.NoError(t, err)
+	require.Equal(t, reminder.Canceled, st)
+
+	got, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "w")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.Equal(t, reminder.Canceled, b.get(t, id).State)
+}
