@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -141,6 +142,18 @@ func New(cfg Config) (*Client, error) {
 	}, nil
 }
 
+// templateData is msg.Data plus the facts about the reminder, which win over
+// caller data with the same key (as in the email channel, so one reminder's
+// data renders on either).
+func templateData(msg provider.Message) map[string]any {
+	data := make(map[string]any, len(msg.Data)+3)
+	maps.Copy(data, msg.Data)
+	data["reminder_id"] = msg.ReminderID
+	data["tenant"] = msg.Tenant
+	data["deadline"] = msg.Deadline
+	return data
+}
+
 // request is the provider's JSON request body.
 type request struct {
 	To        string `json:"to"`
@@ -177,7 +190,7 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 	if msg.IdempotencyKey == "" {
 		return "", provider.PermanentError("invalid_message", errors.New("sending sms: message has no idempotency key"))
 	}
-	text, err := c.templates.Render(msg.Template, msg.Data)
+	text, err := c.templates.Render(msg.Template, templateData(msg))
 	if err != nil {
 		return "", provider.PermanentError("template", fmt.Errorf("sending sms: %w", err))
 	}
@@ -331,15 +344,19 @@ func isDigits(s string) bool {
 //go:embed templates/*.sms.tmpl
 var embedded embed.FS
 
-// Templates is a set of named message templates, safe for concurrent use
-// once built.
+// Templates is a set of named message templates, immutable and safe for
+// concurrent use once built.
 //
-// Templates execute with msg.Data as dot and missingkey=zero. For Data (a
-// map[string]any) a missing key still prints "<no value>", so a template
-// should guard optional fields: {{or .course "your course"}} or
-// {{with .expires_at}}on {{.}}{{end}}. Keys that are not identifiers are
-// reached with {{index . "key-name"}}. The rendered text is trimmed of
-// surrounding whitespace.
+// Send executes a template with msg.Data plus "reminder_id", "tenant" and
+// "deadline" (a time.Time, zero when unset) as dot, with missingkey=zero. For
+// a map[string]any a missing key still prints "<no value>", so templates
+// guard optional fields: {{or .course "your course"}}, {{with .host}} on
+// {{.}}{{end}}. Keys that are not identifiers are reached with
+// {{index . "key-name"}}. One function is added: date formats a time.Time,
+// *time.Time or RFC 3339 string as "2 Jan 2006" (or the layout given as a
+// second argument) and returns "" for anything missing or zero, so
+// {{with date .deadline}}on {{.}}{{else}}soon{{end}} never fails. The
+// rendered text is trimmed of surrounding whitespace.
 type Templates struct {
 	byName map[string]*template.Template
 }
@@ -375,7 +392,7 @@ func ParseTemplates(fsys fs.FS, dir string) (*Templates, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading sms template %s: %w", path, err)
 		}
-		parsed, err := template.New(name).Option("missingkey=zero").Parse(string(src))
+		parsed, err := template.New(name).Option("missingkey=zero").Funcs(funcs).Parse(string(src))
 		if err != nil {
 			return nil, fmt.Errorf("parsing sms template %s: %w", path, err)
 		}
@@ -412,6 +429,41 @@ func LoadTemplates(dir string) (*Templates, error) {
 		t.byName[name] = tmpl
 	}
 	return t, nil
+}
+
+// funcs are the functions every template can call.
+var funcs = template.FuncMap{"date": formatDate}
+
+// defaultDateLayout is short, because an SMS is.
+const defaultDateLayout = "2 Jan 2006"
+
+// formatDate formats v with layout (default defaultDateLayout), returning ""
+// for nil, zero or unparseable values, so a template can fall back with
+// {{with}}.
+func formatDate(v any, layout ...string) string {
+	l := defaultDateLayout
+	if len(layout) > 0 && layout[0] != "" {
+		l = layout[0]
+	}
+	var t time.Time
+	switch x := v.(type) {
+	case time.Time:
+		t = x
+	case *time.Time:
+		if x != nil {
+			t = *x
+		}
+	case string:
+		parsed, err := time.Parse(time.RFC3339, x)
+		if err != nil {
+			return ""
+		}
+		t = parsed
+	}
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(l)
 }
 
 // Names returns the template names, sorted.

@@ -153,9 +153,11 @@ SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempot
  WHERE id = ANY(@ids::bigint[]);
 
 -- name: ClaimAttempts
--- A worker's conditional write before sending: enqueued or retrying rows
--- still carrying the message's fence, due and before their deadline, become
--- sending under a new fence with a send lease; each gets an attempt row.
+-- A worker's conditional write before sending: rows still carrying the
+-- message's fence, due and before their deadline, become sending under a new
+-- fence with a send lease; each gets an attempt row. leased is accepted: a
+-- message can arrive before its publisher has recorded the confirm, and the
+-- fence proves it was published under the current lease.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
@@ -167,7 +169,7 @@ WITH m AS (
            lease_until = @lease_until, next_attempt_at = NULL, updated_at = @now
       FROM cur
      WHERE r.id = cur.id AND r.fence = cur.fence
-       AND r.state IN ('enqueued', 'retrying')
+       AND r.state IN ('leased', 'enqueued', 'retrying')
        AND r.deadline > @now AND r.due_at <= @now
  RETURNING r.id, cur.old_state, r.fence, r.attempts
 ), events AS (
@@ -181,8 +183,8 @@ WITH m AS (
 SELECT upd.id, upd.fence, upd.attempts, att.id FROM upd JOIN att ON att.reminder_id = upd.id;
 
 -- name: ExpireFenced
--- A worker found the deadline reached before sending: enqueued or retrying
--- rows still at the message's fence become expired.
+-- A worker found the deadline reached before sending: open rows still at
+-- the message's fence become expired.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
@@ -192,7 +194,7 @@ WITH m AS (
        SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
            finished_at = @now, reason = @reason
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('enqueued', 'retrying')
+     WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('leased', 'enqueued', 'retrying')
        AND r.deadline <= @now
  RETURNING r.id, cur.old_state, r.fence
 ), events AS (

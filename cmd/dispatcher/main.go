@@ -1,0 +1,76 @@
+// Command dispatcher claims due reminders and publishes them to their
+// channel's queue. It runs once and exits (a Kubernetes CronJob), or with
+// --every in a loop (docker compose, development).
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/store"
+)
+
+func main() {
+	var (
+		common config.Common
+		cfg    dispatch.Config
+		every  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "dispatcher",
+		Short: "Claim due reminders in bounded batches and publish them with confirms",
+		Long: `dispatcher takes the current time as its cutoff, claims reminders due before it in
+batches under a lease and a new fencing token, publishes each reminder's ID to its
+channel's queue, and records enqueued only for what the broker confirmed. Reminders
+already past their deadline are expired, not published. It stops starting batches
+when --budget is near, prints a one-line summary and exits; with --every it repeats.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := common.Logger("dispatcher")
+			if err != nil {
+				return err
+			}
+			keys, err := common.Keys()
+			if err != nil {
+				return err
+			}
+			ctx, stop := config.SignalContext()
+			defer stop()
+			pool, err := common.Pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			actor := config.Actor("dispatcher")
+			pub := broker.NewPublisher(common.AMQPURL, common.Topology(), actor)
+			defer pub.Close()
+			d := &dispatch.Dispatcher{
+				Enqueuer: dispatch.Enqueuer{
+					Store: store.New(pool), Publisher: pub, Keys: keys, Topology: common.Topology(),
+					Clock: clock.Real{}, Actor: actor,
+				},
+				Config: cfg,
+				Log:    log,
+			}
+			if every > 0 {
+				return d.Loop(ctx, every)
+			}
+			sum, err := d.RunOnce(ctx)
+			d.LogSummary(sum, err)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	common.RegisterDB(f)
+	common.RegisterBroker(f)
+	f.IntVar(&cfg.Batch, "batch", 500, "reminders claimed per batch")
+	f.DurationVar(&cfg.Lease, "lease", 2*time.Minute, "how long a claim holds its rows before the reconciler may return them")
+	f.DurationVar(&cfg.Budget, "budget", 4*time.Minute, "time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
+	f.DurationVar(&every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
+	config.Execute(cmd)
+}

@@ -1,0 +1,13 @@
+// Command nudgectl is the operator and intake CLI: it migrates the schema,
+// schedules reminders (one from flags, or a JSON Lines file in bulk), cancels
+// them, and shows a reminder's state and event timeline.
+package main
+
+import (
+	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/ctl"
+)
+
+func main() {
+	config.Execute(ctl.Command())
+}

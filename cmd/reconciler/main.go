@@ -1,0 +1,81 @@
+// Command reconciler repairs from the reminders table what crashes, outages
+// and lost messages left behind: it expires what passed its deadline, returns
+// expired leases to pending, and republishes overdue or abandoned work.
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/probe"
+	"github.com/nudgehq/nudge/internal/reconcile"
+	"github.com/nudgehq/nudge/internal/store"
+)
+
+func main() {
+	var (
+		common config.Common
+		cfg    reconcile.Config
+		every  time.Duration
+		once   bool
+		listen string
+	)
+	cmd := &cobra.Command{
+		Use:   "reconciler",
+		Short: "Expire late reminders, release dead leases, republish lost work",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := common.Logger("reconciler")
+			if err != nil {
+				return err
+			}
+			keys, err := common.Keys()
+			if err != nil {
+				return err
+			}
+			ctx, stop := config.SignalContext()
+			defer stop()
+			pool, err := common.Pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			actor := config.Actor("reconciler")
+			pub := broker.NewPublisher(common.AMQPURL, common.Topology(), actor)
+			defer pub.Close()
+			r := &reconcile.Reconciler{
+				Enqueuer: dispatch.Enqueuer{
+					Store: store.New(pool), Publisher: pub, Keys: keys, Topology: common.Topology(),
+					Clock: clock.Real{}, Actor: actor,
+				},
+				Config: cfg,
+				Log:    log,
+			}
+			if once {
+				sum, err := r.Pass(ctx)
+				r.LogSummary(sum, err)
+				return err
+			}
+			if err := probe.Serve(ctx, listen, probe.NewRegistry(), nil, log); err != nil {
+				return err
+			}
+			return r.Loop(ctx, every)
+		},
+	}
+	f := cmd.Flags()
+	common.RegisterDB(f)
+	common.RegisterBroker(f)
+	f.IntVar(&cfg.Batch, "batch", 500, "rows per repair statement")
+	f.DurationVar(&cfg.Overdue, "overdue", 10*time.Minute,
+		"republish an enqueued or retrying reminder no worker started for this long; keep above normal queue age")
+	f.DurationVar(&cfg.Lease, "lease", 2*time.Minute, "lease held while republishing")
+	f.DurationVar(&every, "every", 10*time.Second, "time between passes")
+	f.BoolVar(&once, "once", false, "run one pass and exit")
+	f.StringVar(&listen, "listen", ":8080", "address for /healthz, /readyz and /metrics (empty: none)")
+	config.Execute(cmd)
+}

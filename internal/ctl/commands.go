@@ -1,0 +1,431 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+
+	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+	"github.com/nudgehq/nudge/schema"
+)
+
+// Command returns the nudgectl root command.
+func Command() *cobra.Command {
+	var common config.Common
+	root := &cobra.Command{
+		Use:   "nudgectl",
+		Short: "Operate Nudge: migrate the schema, schedule, cancel and inspect reminders",
+	}
+	common.RegisterDB(root.PersistentFlags())
+	connect := func(cmd *cobra.Command) (context.Context, *pgxpool.Pool, func(), error) {
+		ctx, stop := config.SignalContext()
+		pool, err := common.Pool(ctx)
+		if err != nil {
+			stop()
+			return nil, nil, nil, err
+		}
+		return ctx, pool, func() { pool.Close(); stop() }, nil
+	}
+	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect))
+	return root
+}
+
+type connector func(cmd *cobra.Command) (context.Context, *pgxpool.Pool, func(), error)
+
+func migrateCmd(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the embedded schema migrations (idempotent; safe while the fleet runs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, pool, done, err := connect(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			applied, err := schema.Migrate(ctx, pool)
+			if err != nil {
+				return err
+			}
+			if len(applied) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "applied migrations %v\n", applied)
+			return nil
+		},
+	}
+}
+
+// scheduleBatch is how many reminders one intake statement carries.
+const scheduleBatch = 2000
+
+func scheduleCmd(connect connector) *cobra.Command {
+	var (
+		file                                               string
+		tenant, key, channel, recipient, template, dataStr string
+		dueAt, deadline                                    string
+		actor                                              string
+	)
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Schedule one reminder from flags, or many from a JSON Lines file (-f FILE, - for stdin)",
+		Long: `schedule records reminder intent, idempotently on (tenant, key): repeating a reminder with
+the same content returns the existing one; the same key with different content is refused.
+
+With -f, each line is a JSON object with the fields tenant, key, channel ("email" or "sms"),
+recipient, template, data (an object) and due_at and deadline (RFC 3339). Bad lines are
+reported with their line number, field and reason; good lines are still accepted. The
+exit status is 0 when every line was accepted, 2 when some were rejected.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, pool, done, err := connect(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if file != "" {
+				return scheduleFile(ctx, cmd, pool, file, actor)
+			}
+			line := map[string]any{"tenant": tenant, "key": key, "channel": channel, "recipient": recipient,
+				"template": template, "due_at": dueAt, "deadline": deadline}
+			if dataStr != "" {
+				line["data"] = json.RawMessage(dataStr)
+			}
+			raw, err := json.Marshal(line)
+			if err != nil {
+				return fmt.Errorf("--data: must be a JSON object: %w", err)
+			}
+			req, lerr := ParseLine(1, raw)
+			if lerr != nil {
+				return fmt.Errorf("--%s %s", strings.ReplaceAll(lerr.Field, "_", "-"), lerr.Reason)
+			}
+			out, err := intake.ScheduleManyAs(ctx, pool, actor, []intake.Request{req})
+			if err != nil {
+				return err
+			}
+			if err := out[0].Err; err != nil {
+				var ve *intake.ValidationError
+				if errors.As(err, &ve) {
+					return fmt.Errorf("--%s %s", strings.ReplaceAll(ve.Field, "_", "-"), ve.Reason)
+				}
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s reminder %d\n", out[0].Status, out[0].ID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "file", "f", "", "JSON Lines file of reminders (- reads standard input)")
+	f.StringVar(&tenant, "tenant", "", "tenant owning the reminder")
+	f.StringVar(&key, "key", "", "logical key, unique per tenant")
+	f.StringVar(&channel, "channel", "", `"email" or "sms"`)
+	f.StringVar(&recipient, "recipient", "", "email address or E.164 phone number")
+	f.StringVar(&template, "template", "", "template name")
+	f.StringVar(&dataStr, "data", "", "template data, a JSON object")
+	f.StringVar(&dueAt, "due-at", "", "earliest send time, RFC 3339")
+	f.StringVar(&deadline, "deadline", "", "business deadline, RFC 3339: no send starts at or after it")
+	f.StringVar(&actor, "actor", "nudgectl", "name recorded as the author of the scheduled events")
+	return cmd
+}
+
+func scheduleFile(ctx context.Context, cmd *cobra.Command, pool *pgxpool.Pool, path, actor string) error {
+	var in io.Reader = cmd.InOrStdin()
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("opening %s: %w", path, err)
+		}
+		defer f.Close()
+		in = f
+	}
+	errOut := cmd.ErrOrStderr()
+	progress := isatty.IsTerminal(os.Stderr.Fd())
+	var (
+		pending                   []ParsedLine
+		created, exists, rejected int
+		start                     = time.Now()
+	)
+	// Rejections are printed per batch in line order.
+	var bad []*LineError
+	report := func(e *LineError) {
+		rejected++
+		bad = append(bad, e)
+	}
+	printBad := func() {
+		if len(bad) == 0 {
+			return
+		}
+		if progress {
+			fmt.Fprint(errOut, "\r\033[K")
+		}
+		slices.SortFunc(bad, func(a, b *LineError) int { return a.Line - b.Line })
+		for _, e := range bad {
+			fmt.Fprintln(errOut, e)
+		}
+		bad = bad[:0]
+	}
+	flush := func() error {
+		defer printBad()
+		if len(pending) == 0 {
+			return nil
+		}
+		reqs := make([]intake.Request, len(pending))
+		for i, p := range pending {
+			reqs[i] = p.Req
+		}
+		out, err := intake.ScheduleManyAs(ctx, pool, actor, reqs)
+		if err != nil {
+			return fmt.Errorf("lines %d-%d: %w", pending[0].Line, pending[len(pending)-1].Line, err)
+		}
+		for i, o := range out {
+			var ve *intake.ValidationError
+			switch {
+			case errors.As(o.Err, &ve):
+				report(&LineError{Line: pending[i].Line, Field: ve.Field, Reason: ve.Reason})
+			case o.Err != nil:
+				report(&LineError{Line: pending[i].Line, Reason: o.Err.Error()})
+			case o.Status == intake.Created:
+				created++
+			default:
+				exists++
+			}
+		}
+		pending = pending[:0]
+		if progress {
+			fmt.Fprintf(errOut, "\r\033[K%d scheduled, %d already scheduled, %d rejected (%.0f/s)",
+				created, exists, rejected, float64(created+exists+rejected)/time.Since(start).Seconds())
+		}
+		return nil
+	}
+	lines, err := ReadLines(in, func(p ParsedLine) error {
+		pending = append(pending, p)
+		if len(pending) >= scheduleBatch {
+			return flush()
+		}
+		return nil
+	}, report)
+	if err == nil {
+		err = flush()
+	}
+	if progress {
+		fmt.Fprint(errOut, "\r\033[K")
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%d lines: %d scheduled, %d already scheduled, %d rejected in %s\n",
+		lines, created, exists, rejected, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		return err // lines accepted before the failure stay accepted
+	}
+	if rejected > 0 {
+		return &config.ExitError{Code: 2, Err: fmt.Errorf("%d of %d lines rejected", rejected, lines)}
+	}
+	return nil
+}
+
+// lookup finds a reminder by its ID argument or by --tenant and --key.
+func lookup(ctx context.Context, pool *pgxpool.Pool, args []string, tenant, key string) (reminder.Reminder, error) {
+	switch {
+	case len(args) == 1:
+		id, err := strconv.ParseInt(args[0], 10, 64)
+		if err != nil {
+			return reminder.Reminder{}, fmt.Errorf("reminder ID %q: must be a number", args[0])
+		}
+		return intake.Get(ctx, pool, id)
+	case tenant != "" && key != "":
+		return intake.GetByKey(ctx, pool, tenant, key)
+	}
+	return reminder.Reminder{}, errors.New("name a reminder: an ID argument, or --tenant and --key")
+}
+
+func cancelCmd(connect connector) *cobra.Command {
+	var tenant, key, actor, reason string
+	cmd := &cobra.Command{
+		Use:   "cancel [ID]",
+		Short: "Cancel a reminder that has not been sent (by ID, or --tenant and --key)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, pool, done, err := connect(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			r, err := lookup(ctx, pool, args, tenant, key)
+			if err != nil {
+				return err
+			}
+			st, err := intake.Cancel(ctx, pool, r.Tenant, r.Key, actor, reason)
+			if err != nil {
+				return err
+			}
+			switch st {
+			case reminder.Canceled:
+				fmt.Fprintf(cmd.OutOrStdout(), "reminder %d canceled\n", r.ID)
+				return nil
+			case reminder.Sending:
+				return fmt.Errorf("reminder %d is being sent right now; its outcome will be recorded", r.ID)
+			default:
+				return fmt.Errorf("reminder %d already ended as %s", r.ID, st)
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&tenant, "tenant", "", "tenant of the reminder (with --key)")
+	f.StringVar(&key, "key", "", "logical key of the reminder (with --tenant)")
+	f.StringVar(&actor, "actor", "nudgectl:"+os.Getenv("USER"), "who cancels, for the audit trail")
+	f.StringVar(&reason, "reason", "canceled by operator", "why, for the audit trail")
+	return cmd
+}
+
+func showCmd(connect connector) *cobra.Command {
+	var tenant, key string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show [ID]",
+		Short: "Print a reminder's state and its event timeline (by ID, or --tenant and --key)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, pool, done, err := connect(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			r, err := lookup(ctx, pool, args, tenant, key)
+			if err != nil {
+				return err
+			}
+			evs, err := intake.Events(ctx, pool, r.ID)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"reminder": r, "events": evs})
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			ts := func(t *time.Time) string {
+				if t == nil {
+					return "-"
+				}
+				return t.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "reminder\t%d\n", r.ID)
+			fmt.Fprintf(tw, "tenant / key\t%s / %s\n", r.Tenant, r.Key)
+			fmt.Fprintf(tw, "channel\t%s to %s, template %s\n", r.Channel, r.Recipient, r.Template)
+			fmt.Fprintf(tw, "state\t%s\n", r.State)
+			if r.Reason != "" {
+				fmt.Fprintf(tw, "reason\t%s\n", r.Reason)
+			}
+			fmt.Fprintf(tw, "due at / deadline\t%s / %s\n", r.DueAt.UTC().Format(time.RFC3339), r.Deadline.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "attempts\t%d (next %s)\n", r.Attempts, ts(r.NextAttemptAt))
+			if r.LastError != "" {
+				fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
+			}
+			fmt.Fprintf(tw, "fence / lease until\t%d / %s\n", r.Fence, ts(r.LeaseUntil))
+			fmt.Fprintf(tw, "idempotency key\t%s\n", r.IdempotencyKey)
+			tw.Flush()
+			fmt.Fprintln(out)
+			tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tFROM\tTO\tFENCE\tACTOR\tREASON")
+			for _, e := range evs {
+				from := string(e.From)
+				if from == "" {
+					from = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", e.At.UTC().Format(time.RFC3339Nano), from, e.To, e.Fence, e.Actor, e.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&tenant, "tenant", "", "tenant of the reminder (with --key)")
+	f.StringVar(&key, "key", "", "logical key of the reminder (with --tenant)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func statsCmd(connect connector) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Count reminders by channel and state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, pool, done, err := connect(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			rows, err := pool.Query(ctx, `SELECT channel, state, count(*) FROM reminders GROUP BY 1, 2`)
+			if err != nil {
+				return fmt.Errorf("counting reminders: %w", err)
+			}
+			counts := map[string]map[string]int64{}
+			for rows.Next() {
+				var ch, st string
+				var n int64
+				if err := rows.Scan(&ch, &st, &n); err != nil {
+					return fmt.Errorf("counting reminders: %w", err)
+				}
+				if counts[ch] == nil {
+					counts[ch] = map[string]int64{}
+				}
+				counts[ch][st] = n
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("counting reminders: %w", err)
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(counts)
+			}
+			return PrintOutcomeTable(cmd.OutOrStdout(), counts)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {channel: {state: count}}")
+	return cmd
+}
+
+// PrintOutcomeTable prints counts as a channel × state table with totals.
+func PrintOutcomeTable(w io.Writer, counts map[string]map[string]int64) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "CHANNEL\t")
+	for _, s := range reminder.States {
+		fmt.Fprintf(tw, "%s\t", s)
+	}
+	fmt.Fprintln(tw, "total\t")
+	totals := map[reminder.State]int64{}
+	var all int64
+	for _, c := range reminder.Channels {
+		fmt.Fprintf(tw, "%s\t", c)
+		var sum int64
+		for _, s := range reminder.States {
+			n := counts[string(c)][string(s)]
+			totals[s] += n
+			sum += n
+			fmt.Fprintf(tw, "%d\t", n)
+		}
+		all += sum
+		fmt.Fprintf(tw, "%d\t\n", sum)
+	}
+	fmt.Fprint(tw, "all\t")
+	for _, s := range reminder.States {
+		fmt.Fprintf(tw, "%d\t", totals[s])
+	}
+	fmt.Fprintf(tw, "%d\t\n", all)
+	return tw.Flush()
+}

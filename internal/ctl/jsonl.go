@@ -1,0 +1,139 @@
+// Package ctl implements nudgectl, the command line for operators and for
+// bulk intake. Its intake goes through pkg/intake like every other path, so
+// a file of reminders is validated exactly as a web tier's SQL call would be.
+package ctl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// LineError is a rejected line of a JSON Lines file.
+type LineError struct {
+	Line   int
+	Field  string
+	Reason string
+}
+
+func (e *LineError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("line %d: %s", e.Line, e.Reason)
+	}
+	return fmt.Sprintf("line %d: field %q %s", e.Line, e.Field, e.Reason)
+}
+
+// jsonLine is one line as written; times stay strings so a bad one is
+// reported with its field.
+type jsonLine struct {
+	Tenant    string          `json:"tenant"`
+	Key       string          `json:"key"`
+	Channel   string          `json:"channel"`
+	Recipient string          `json:"recipient"`
+	Template  string          `json:"template"`
+	Data      json.RawMessage `json:"data"`
+	DueAt     string          `json:"due_at"`
+	Deadline  string          `json:"deadline"`
+}
+
+// ParsedLine is a line that parsed, with its line number.
+type ParsedLine struct {
+	Line int
+	Req  intake.Request
+}
+
+// ParseLine decodes one JSON object into a request, or says which field is wrong.
+func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
+	var l jsonLine
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te):
+			return intake.Request{}, &LineError{Line: n, Field: te.Field, Reason: "must be a JSON " + jsonKind(te.Type.Kind().String())}
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return intake.Request{}, &LineError{Line: n, Field: f, Reason: "is not a known field (want tenant, key, channel, recipient, template, data, due_at, deadline)"}
+		default:
+			return intake.Request{}, &LineError{Line: n, Reason: "is not a JSON object: " + err.Error()}
+		}
+	}
+	if dec.More() {
+		return intake.Request{}, &LineError{Line: n, Reason: "holds more than one JSON value"}
+	}
+	req := intake.Request{
+		Tenant: l.Tenant, Key: l.Key, Channel: reminder.Channel(l.Channel), Recipient: l.Recipient,
+		Template: l.Template,
+	}
+	if len(l.Data) > 0 {
+		if t := bytes.TrimSpace(l.Data); len(t) == 0 || t[0] != '{' {
+			return req, &LineError{Line: n, Field: "data", Reason: "must be a JSON object"}
+		}
+		req.Data = l.Data
+	}
+	var err *LineError
+	if req.DueAt, err = parseTime(n, "due_at", l.DueAt); err != nil {
+		return req, err
+	}
+	if req.Deadline, err = parseTime(n, "deadline", l.Deadline); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "string"
+	case "slice":
+		return "object" // json.RawMessage: data
+	}
+	return k
+}
+
+func parseTime(n int, field, v string) (time.Time, *LineError) {
+	if v == "" {
+		return time.Time{}, nil // the intake validation reports it as required
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, &LineError{Line: n, Field: field, Reason: fmt.Sprintf("must be an RFC 3339 time like 2026-08-12T09:00:00Z, got %q", v)}
+	}
+	return t, nil
+}
+
+// ReadLines reads JSON Lines from r, calling good for each parsed line and
+// bad for each line that did not parse. Blank lines are skipped.
+func ReadLines(r io.Reader, good func(ParsedLine) error, bad func(*LineError)) (int, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	n := 0
+	for {
+		raw, err := br.ReadBytes('\n')
+		if len(raw) > 0 {
+			n++
+			if t := bytes.TrimSpace(raw); len(t) > 0 {
+				req, lerr := ParseLine(n, t)
+				if lerr != nil {
+					bad(lerr)
+				} else if gerr := good(ParsedLine{Line: n, Req: req}); gerr != nil {
+					return n, gerr
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading line %d: %w", n+1, err)
+		}
+	}
+}

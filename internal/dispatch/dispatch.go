@@ -1,0 +1,256 @@
+// Package dispatch turns due intent into queued work. A run takes one cutoff
+// (the time it started) and claims only rows due before it, in bounded
+// batches, each under a lease with a new fencing token; it publishes each
+// reminder's ID with publisher confirms and records enqueued only for what the
+// broker confirmed and routed. Whatever was not confirmed goes back to pending
+// at once; whatever a killed run leaves leased returns to pending when its
+// lease expires. A run is therefore safe to repeat, to run twice at once, and
+// to kill at any point.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// Publisher publishes a batch and reports per message whether the broker
+// confirmed and routed it. *broker.Publisher implements it.
+type Publisher interface {
+	PublishBatch(ctx context.Context, msgs []broker.Outgoing) ([]error, error)
+}
+
+// Enqueuer publishes leased reminders and records the outcome. The
+// dispatcher and the reconciler share it.
+type Enqueuer struct {
+	Store     *store.Store
+	Publisher Publisher
+	Keys      *message.Keyring
+	Topology  broker.Topology
+	Clock     clock.Clock
+	// Actor names the process in the event trail.
+	Actor string
+}
+
+// EnqueueResult counts what Enqueue did.
+type EnqueueResult struct {
+	Enqueued int
+	// Released were not confirmed and went back to pending.
+	Released int
+	// Lost were confirmed but the lease had moved on (a slower run's lease
+	// was taken over); the row's new holder owns it.
+	Lost int
+}
+
+// Enqueue publishes every leased reminder of claimed (others are skipped)
+// and moves the confirmed ones to enqueued, the rest back to pending.
+func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (EnqueueResult, error) {
+	var res EnqueueResult
+	var leased []store.Claimed
+	for _, c := range claimed {
+		if c.State == reminder.Leased {
+			leased = append(leased, c)
+		}
+	}
+	if len(leased) == 0 {
+		return res, nil
+	}
+	now := e.Clock.Now()
+	msgs := make([]broker.Outgoing, len(leased))
+	for i, c := range leased {
+		body, headers, err := e.Keys.Seal(message.Envelope{
+			ReminderID: c.ID, Fence: c.Fence, IdempotencyKey: c.IdempotencyKey, Channel: string(c.Channel),
+			Tenant: c.Tenant, Deadline: c.Deadline, Attempt: c.Attempts, FirstSeen: now,
+		})
+		if err != nil {
+			return res, err
+		}
+		msgs[i] = broker.Outgoing{
+			Exchange:   e.Topology.WorkExchange(),
+			RoutingKey: string(c.Channel),
+			Msg: amqp.Publishing{
+				MessageId:   strconv.FormatInt(c.ID, 10) + "-" + strconv.FormatInt(c.Fence, 10),
+				ContentType: "application/json",
+				Timestamp:   now,
+				Headers:     headers,
+				Body:        body,
+			},
+		}
+	}
+	results, pubErr := e.Publisher.PublishBatch(ctx, msgs)
+	var ok, failed []store.Fenced
+	var firstErr error
+	for i, c := range leased {
+		f := store.Fenced{ID: c.ID, Fence: c.Fence}
+		if pubErr == nil && results[i] == nil {
+			ok = append(ok, f)
+			continue
+		}
+		failed = append(failed, f)
+		if firstErr == nil {
+			firstErr = pubErr
+			if firstErr == nil {
+				firstErr = results[i]
+			}
+		}
+	}
+	// Record with a context that outlives a canceled run: the broker already
+	// holds these messages, and the lease would otherwise have to expire.
+	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if len(ok) > 0 {
+		moved, err := e.Store.MarkEnqueued(recCtx, e.Clock.Now(), ok, e.Actor)
+		if err != nil {
+			return res, err
+		}
+		res.Enqueued = len(moved)
+		res.Lost = len(ok) - len(moved)
+	}
+	if len(failed) > 0 {
+		reason := fmt.Sprintf("publish not confirmed: %v", firstErr)
+		released, err := e.Store.Release(recCtx, e.Clock.Now(), failed, e.Actor, reason)
+		if err != nil {
+			return res, err
+		}
+		res.Released = len(released)
+	}
+	if pubErr != nil {
+		return res, fmt.Errorf("publishing %d reminders: %w", len(leased), pubErr)
+	}
+	return res, nil
+}
+
+// Config tunes a dispatcher run.
+type Config struct {
+	// Batch is how many reminders one claim takes. Zero value: 500.
+	Batch int
+	// Lease is how long a claim holds its rows before the reconciler may
+	// return them to pending. Zero value: 2 minutes.
+	Lease time.Duration
+	// Budget is the most a run may take: no batch starts once the time spent
+	// plus the slowest batch so far would pass it. Keep it below the
+	// CronJob's activeDeadlineSeconds. Zero value: 4 minutes.
+	Budget time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Batch <= 0 {
+		c.Batch = 500
+	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Minute
+	}
+	if c.Budget <= 0 {
+		c.Budget = 4 * time.Minute
+	}
+	return c
+}
+
+// Dispatcher claims due reminders and enqueues them.
+type Dispatcher struct {
+	Enqueuer
+	Config Config
+	Log    zerolog.Logger
+}
+
+// Summary describes one run.
+type Summary struct {
+	Cutoff   time.Time
+	Batches  int
+	Claimed  int
+	Enqueued int
+	Expired  int
+	Released int
+	Lost     int
+	Elapsed  time.Duration
+	// OutOfBudget is set when the run stopped because its budget was near,
+	// with due work possibly left for the next run.
+	OutOfBudget bool
+}
+
+// RunOnce runs one dispatch pass with the cutoff taken now.
+func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
+	cfg := d.Config.withDefaults()
+	start := d.Clock.Now()
+	sum := Summary{Cutoff: start}
+	var slowest time.Duration
+	for {
+		if ctx.Err() != nil {
+			break
+		}
+		spent := d.Clock.Now().Sub(start)
+		if spent+slowest >= cfg.Budget {
+			sum.OutOfBudget = true
+			break
+		}
+		batchStart := d.Clock.Now()
+		claimed, err := d.Store.ClaimDue(ctx, batchStart, sum.Cutoff, cfg.Batch, cfg.Lease, d.Actor)
+		if err != nil {
+			sum.Elapsed = d.Clock.Now().Sub(start)
+			return sum, err
+		}
+		if len(claimed) == 0 {
+			break
+		}
+		sum.Batches++
+		sum.Claimed += len(claimed)
+		for _, c := range claimed {
+			if c.State == reminder.Expired {
+				sum.Expired++
+			}
+		}
+		res, err := d.Enqueue(ctx, claimed)
+		sum.Enqueued += res.Enqueued
+		sum.Released += res.Released
+		sum.Lost += res.Lost
+		if err != nil {
+			sum.Elapsed = d.Clock.Now().Sub(start)
+			return sum, err
+		}
+		slowest = max(slowest, d.Clock.Now().Sub(batchStart))
+		if len(claimed) < cfg.Batch {
+			break
+		}
+	}
+	sum.Elapsed = d.Clock.Now().Sub(start)
+	return sum, nil
+}
+
+// Loop runs a pass every interval until ctx is done, logging each summary.
+// A failed pass is logged and retried at the next tick.
+func (d *Dispatcher) Loop(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		sum, err := d.RunOnce(ctx)
+		d.LogSummary(sum, err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// LogSummary writes the one-line summary of a run.
+func (d *Dispatcher) LogSummary(sum Summary, err error) {
+	ev := d.Log.Info()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		ev = d.Log.Error().Err(err)
+	}
+	ev.Time("cutoff", sum.Cutoff).Int("batches", sum.Batches).Int("claimed", sum.Claimed).
+		Int("enqueued", sum.Enqueued).Int("expired", sum.Expired).Int("released", sum.Released).
+		Int("lost_lease", sum.Lost).Dur("elapsed", sum.Elapsed).Bool("out_of_budget", sum.OutOfBudget).
+		Msg("dispatch run")
+}

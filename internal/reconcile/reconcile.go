@@ -1,0 +1,133 @@
+// Package reconcile repairs from the table what a crash, an outage or a lost
+// message left behind. The table is the source of truth and a queue that
+// looks empty proves nothing, so each pass asks the table: what is past its
+// deadline (expire it), what lease expired with its holder gone (return it to
+// pending), and what was published or retried but never picked up, or was
+// being sent when its worker died (lease it again under a new fence and
+// publish it again: the old message, if it still exists, is now superseded,
+// and the provider sees the same idempotency key).
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nudgehq/nudge/internal/dispatch"
+)
+
+// Config tunes the reconciler.
+type Config struct {
+	// Batch bounds each statement. Zero value: 500.
+	Batch int
+	// Overdue is how long an enqueued reminder may wait for a worker (or a
+	// retrying one past its next attempt time) before its message is
+	// presumed lost and republished. Set it above the queue's normal
+	// backlog age: republishing early is harmless (fenced) but wasteful.
+	// Zero value: 10 minutes.
+	Overdue time.Duration
+	// Lease is the lease taken while republishing. Zero value: 2 minutes.
+	Lease time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Batch <= 0 {
+		c.Batch = 500
+	}
+	if c.Overdue <= 0 {
+		c.Overdue = 10 * time.Minute
+	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Minute
+	}
+	return c
+}
+
+// Reconciler runs repair passes.
+type Reconciler struct {
+	dispatch.Enqueuer
+	Config Config
+	Log    zerolog.Logger
+}
+
+// Summary counts what one pass repaired.
+type Summary struct {
+	Expired     int
+	Released    int
+	Republished int
+	Elapsed     time.Duration
+}
+
+// maxRounds bounds one pass so a huge backlog cannot keep it running forever.
+const maxRounds = 100
+
+// Pass runs one repair pass.
+func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
+	cfg := r.Config.withDefaults()
+	start := r.Clock.Now()
+	var sum Summary
+	defer func() { sum.Elapsed = r.Clock.Now().Sub(start) }()
+
+	for range maxRounds {
+		n, err := r.Store.ExpireOverdue(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
+		sum.Expired += n
+		if err != nil {
+			return sum, err
+		}
+		if n < cfg.Batch {
+			break
+		}
+	}
+	for range maxRounds {
+		n, err := r.Store.ReleaseExpiredLeases(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
+		sum.Released += n
+		if err != nil {
+			return sum, err
+		}
+		if n < cfg.Batch {
+			break
+		}
+	}
+	for range maxRounds {
+		claimed, err := r.Store.Reclaim(ctx, r.Clock.Now(), cfg.Overdue, cfg.Batch, cfg.Lease, r.Actor)
+		if err != nil {
+			return sum, err
+		}
+		res, err := r.Enqueue(ctx, claimed)
+		sum.Republished += res.Enqueued
+		if err != nil {
+			return sum, err
+		}
+		if len(claimed) < cfg.Batch {
+			break
+		}
+	}
+	return sum, nil
+}
+
+// Loop runs a pass every interval until ctx is done.
+func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		sum, err := r.Pass(ctx)
+		r.LogSummary(sum, err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// LogSummary writes the one-line summary of a pass.
+func (r *Reconciler) LogSummary(sum Summary, err error) {
+	ev := r.Log.Info()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		ev = r.Log.Error().Err(err)
+	}
+	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("republished", sum.Republished).
+		Dur("elapsed", sum.Elapsed).Msg("reconcile pass")
+}

@@ -1,0 +1,390 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// item is one delivery on its way through a batch.
+type item struct {
+	d   amqp.Delivery
+	env message.Envelope
+	row store.Delivery
+	att store.Attempt
+
+	// outcome, once sent
+	out store.Outcome
+	// done: settled (to be acked); no further step applies.
+	done bool
+	// rejected: already rejected to the queue's dead-letter exchange.
+	rejected bool
+}
+
+// Headers on dead letters, beside the broker's own x-death.
+const (
+	HeaderReason       = "x-nudge-reason"
+	HeaderReminderID   = "x-nudge-reminder-id"
+	HeaderReceiveCount = "x-nudge-receive-count"
+	HeaderFirstSeen    = "x-nudge-first-seen"
+	HeaderDeadline     = "x-nudge-deadline"
+)
+
+// process takes a batch from message to acknowledgement.
+func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
+	items := make([]*item, 0, len(batch))
+	var dead []*item
+	for _, d := range batch {
+		it := &item{d: d}
+		env, err := w.keys.Open(d.Body, d.Headers)
+		switch {
+		case err != nil:
+			w.deadLetter(ctx, it, "unverifiable: "+err.Error())
+			dead = append(dead, it)
+		case env.Channel != string(w.cfg.Channel):
+			it.env = env
+			w.deadLetter(ctx, it, fmt.Sprintf("wrong channel %q on the %s queue", env.Channel, w.cfg.Channel))
+			dead = append(dead, it)
+		default:
+			it.env = env
+			items = append(items, it)
+		}
+	}
+	if len(items) > 0 {
+		w.deliver(ctx, items)
+	}
+	if ctx.Err() != nil {
+		return // past the grace period: nothing is acked; the broker redelivers
+	}
+	for _, it := range append(items, dead...) {
+		var err error
+		switch {
+		case it.done:
+			err = it.d.Ack(false)
+		case !it.rejected:
+			// A step failed (database or broker down past its retries): give
+			// the message back rather than hold it unacked; its redelivery
+			// is judged against the row like any other.
+			err = it.d.Nack(false, true)
+		}
+		if err != nil {
+			w.log.Warn().Err(err).Int64("reminder_id", it.env.ReminderID).Msg("settling delivery failed; the broker will redeliver")
+		}
+	}
+}
+
+func (w *Worker) deliver(ctx context.Context, items []*item) {
+	ids := make([]int64, len(items))
+	for i, it := range items {
+		ids[i] = it.env.ReminderID
+	}
+	var rows map[int64]store.Delivery
+	if err := w.retryDB(ctx, "reading reminders", func() (err error) {
+		rows, err = w.store.LoadForDelivery(ctx, ids)
+		return err
+	}); err != nil {
+		return // not acked: redelivered when the channel closes
+	}
+
+	now := w.clock.Now()
+	var expire, claim []store.Fenced
+	var toExpire, toClaim []*item
+	for _, it := range items {
+		row, ok := rows[it.env.ReminderID]
+		it.row = row
+		switch {
+		case !ok:
+			w.deadLetter(ctx, it, "unknown reminder")
+		case row.State.Terminal():
+			w.counts.duplicates.Add(1)
+			it.done = true
+		case row.Fence != it.env.Fence:
+			w.counts.superseded.Add(1)
+			it.done = true
+		case !now.Before(row.Deadline):
+			expire = append(expire, store.Fenced{ID: row.ID, Fence: row.Fence})
+			toExpire = append(toExpire, it)
+		case row.DueAt.After(now):
+			w.defer_(ctx, it, row.DueAt.Sub(now))
+		default:
+			claim = append(claim, store.Fenced{ID: row.ID, Fence: row.Fence})
+			toClaim = append(toClaim, it)
+		}
+	}
+
+	if len(expire) > 0 {
+		if err := w.retryDB(ctx, "expiring reminders", func() error {
+			moved, err := w.store.ExpireFenced(ctx, now, expire, w.cfg.Name, "deadline reached before the send started")
+			w.counts.expired.Add(int64(len(moved)))
+			return err
+		}); err == nil {
+			for _, it := range toExpire {
+				it.done = true // expired now, or moved on by someone else
+			}
+		}
+	}
+	if len(claim) == 0 {
+		return
+	}
+	if w.limiter != nil {
+		for range claim {
+			if err := w.limiter.Wait(ctx); err != nil {
+				return
+			}
+		}
+	}
+	now = w.clock.Now()
+	var claimed map[int64]store.Attempt
+	if err := w.retryDB(ctx, "claiming attempts", func() (err error) {
+		claimed, err = w.store.ClaimAttempts(ctx, now, claim, w.cfg.SendLease, w.cfg.Name)
+		return err
+	}); err != nil {
+		return
+	}
+	var sending []*item
+	for _, it := range toClaim {
+		att, ok := claimed[it.row.ID]
+		if !ok {
+			// Another delivery of the same message won the claim, or the row
+			// moved on (canceled, expired) between read and claim.
+			w.counts.duplicates.Add(1)
+			it.done = true
+			continue
+		}
+		it.att = att
+		sending = append(sending, it)
+	}
+	if len(sending) == 0 {
+		return
+	}
+
+	var wg sync.WaitGroup
+	for _, it := range sending {
+		wg.Go(func() { w.send(ctx, it) })
+	}
+	wg.Wait()
+
+	outs := make([]store.Outcome, len(sending))
+	for i, it := range sending {
+		outs[i] = it.out
+	}
+	var moved map[int64]bool
+	if err := w.retryDB(ctx, "recording outcomes", func() (err error) {
+		moved, err = w.store.RecordOutcomes(context.WithoutCancel(ctx), w.clock.Now(), outs, w.cfg.Name)
+		return err
+	}); err != nil {
+		return // the send lease expires; the reconciler retries with the same idempotency key
+	}
+	var retries []*item
+	for _, it := range sending {
+		if !moved[it.row.ID] {
+			w.counts.stale.Add(1) // the lease was taken over; its new holder decides
+			it.done = true
+			continue
+		}
+		switch it.out.State {
+		case reminder.Delivered:
+			w.counts.delivered.Add(1)
+			it.done = true
+		case reminder.Failed:
+			w.counts.failed.Add(1)
+			it.done = true
+		case reminder.Expired:
+			w.counts.expired.Add(1)
+			it.done = true
+		case reminder.Retrying:
+			retries = append(retries, it)
+		}
+	}
+	if len(retries) > 0 {
+		w.publishRetries(ctx, retries)
+	}
+}
+
+// send calls the provider for one claimed attempt and decides the outcome.
+func (w *Worker) send(ctx context.Context, it *item) {
+	it.out = store.Outcome{ReminderID: it.row.ID, Fence: it.att.Fence, AttemptID: it.att.AttemptID}
+	start := w.clock.Now()
+	if !start.Before(it.row.Deadline) {
+		it.out.State, it.out.AttemptOutcome = reminder.Expired, "retryable"
+		it.out.Error, it.out.Reason = "not sent", "deadline reached before the send started"
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
+	defer cancel()
+	id, err := w.sender.Send(sctx, provider.Message{
+		ReminderID: it.row.ID, IdempotencyKey: it.row.IdempotencyKey, Tenant: it.row.Tenant,
+		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
+	})
+	if err == nil {
+		it.out.State, it.out.AttemptOutcome, it.out.ProviderID = reminder.Delivered, "delivered", id
+		it.out.Reason = "delivered"
+		return
+	}
+	pe := provider.Classify(err)
+	it.out.Error = pe.Error()
+	if pe.Kind == provider.Permanent {
+		it.out.State, it.out.AttemptOutcome = reminder.Failed, "permanent"
+		it.out.Reason = "permanent failure: " + pe.Code
+		return
+	}
+	it.out.AttemptOutcome = "retryable"
+	if it.att.Number >= w.cfg.MaxAttempts {
+		it.out.State = reminder.Failed
+		it.out.Reason = fmt.Sprintf("attempts exhausted (%d): %s", it.att.Number, pe.Code)
+		return
+	}
+	delay := w.topo.Tier(w.backoff(it.att.Number, pe.RetryAfter))
+	next := w.clock.Now().Add(delay)
+	if !next.Before(it.row.Deadline) {
+		it.out.State = reminder.Expired
+		it.out.Reason = "deadline would pass before the next attempt: " + pe.Code
+		return
+	}
+	it.out.State, it.out.NextAttemptAt = reminder.Retrying, &next
+	it.out.Reason = fmt.Sprintf("retry %d in %s: %s", it.att.Number, delay, pe.Code)
+}
+
+// backoff is bounded exponential backoff with equal jitter, never shorter
+// than the provider's Retry-After.
+func (w *Worker) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	d := w.cfg.BackoffBase << min(attempt-1, 30)
+	if d <= 0 || d > w.cfg.BackoffMax {
+		d = w.cfg.BackoffMax
+	}
+	d = d/2 + time.Duration(w.rand()*float64(d/2))
+	return max(d, retryAfter)
+}
+
+func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker.Outgoing {
+	env := it.env
+	env.Fence = fence
+	env.Attempt = it.att.Number
+	body, headers, err := w.keys.Seal(env)
+	if err != nil {
+		panic(err) // an Envelope always encodes
+	}
+	return broker.Outgoing{
+		Exchange:   "",
+		RoutingKey: w.topo.RetryQueue(string(w.cfg.Channel), delay),
+		Msg: amqp.Publishing{
+			MessageId:   fmt.Sprintf("%d-%d-r", env.ReminderID, fence),
+			ContentType: "application/json",
+			Timestamp:   w.clock.Now(),
+			Headers:     headers,
+			Body:        body,
+		},
+	}
+}
+
+// publishRetries puts a copy of each retrying reminder's message in its retry
+// tier; the original is acked only once the copy is confirmed. A copy that is
+// not confirmed leaves the row retrying: the reconciler republishes it.
+func (w *Worker) publishRetries(ctx context.Context, its []*item) {
+	msgs := make([]broker.Outgoing, len(its))
+	for i, it := range its {
+		delay := it.out.NextAttemptAt.Sub(w.clock.Now())
+		msgs[i] = w.retryMessage(it, it.att.Fence, w.topo.Tier(delay))
+	}
+	results, err := w.pub.PublishBatch(ctx, msgs)
+	for i, it := range its {
+		if err == nil && results[i] == nil {
+			w.counts.retried.Add(1)
+			it.done = true
+		}
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Int("count", len(its)).Msg("retry publish failed; the reconciler will republish")
+	}
+}
+
+// defer_ sends a message that arrived before its reminder is due (clock skew,
+// an early replay) back through the retry tier covering the wait.
+func (w *Worker) defer_(ctx context.Context, it *item, wait time.Duration) {
+	out := w.retryMessage(it, it.env.Fence, w.topo.Tier(wait))
+	results, err := w.pub.PublishBatch(ctx, []broker.Outgoing{out})
+	if err == nil && results[0] == nil {
+		w.counts.deferred.Add(1)
+		it.done = true
+	}
+}
+
+// deadLetter moves a message the worker must not process to the channel's
+// dead-letter queue with headers that explain it, then marks it settled. If
+// that publish fails it rejects without requeue, so the queue's own
+// dead-letter exchange takes it.
+func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
+	d := it.d
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	count := int64(1)
+	if c, ok := d.Headers["x-delivery-count"].(int64); ok {
+		count = c + 1
+	}
+	headers[HeaderReason] = reason
+	headers[HeaderReceiveCount] = count
+	if it.env.ReminderID != 0 {
+		headers[HeaderReminderID] = strconv.FormatInt(it.env.ReminderID, 10)
+		headers[HeaderDeadline] = it.env.Deadline.UTC().Format(time.RFC3339)
+		headers[HeaderFirstSeen] = it.env.FirstSeen.UTC().Format(time.RFC3339)
+	} else {
+		headers[HeaderFirstSeen] = w.clock.Now().UTC().Format(time.RFC3339)
+	}
+	out := broker.Outgoing{
+		Exchange:   w.topo.DeadExchange(),
+		RoutingKey: string(w.cfg.Channel),
+		Msg: amqp.Publishing{
+			MessageId: d.MessageId, ContentType: d.ContentType, Timestamp: d.Timestamp,
+			Headers: headers, Body: d.Body,
+		},
+	}
+	if out.Msg.MessageId == "" {
+		out.Msg.MessageId = fmt.Sprintf("dead-%d", d.DeliveryTag)
+	}
+	w.log.Warn().Str("reason", reason).Int64("reminder_id", it.env.ReminderID).Msg("dead-lettering message")
+	results, err := w.pub.PublishBatch(ctx, []broker.Outgoing{out})
+	if err == nil && results[0] == nil {
+		w.counts.dead.Add(1)
+		it.done = true
+		return
+	}
+	if err := d.Reject(false); err == nil {
+		it.rejected = true
+		w.counts.dead.Add(1)
+	}
+}
+
+// retryDB runs op until it succeeds, retrying transient failures with
+// backoff for up to a minute or until ctx ends.
+func (w *Worker) retryDB(ctx context.Context, what string, op func() error) error {
+	backoff := 50 * time.Millisecond
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			w.log.Error().Err(err).Str("op", what).Msg("database operation failed; leaving deliveries unacked")
+			return err
+		}
+		w.log.Warn().Err(err).Str("op", what).Dur("retry_in", backoff).Msg("database operation failed; retrying")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}

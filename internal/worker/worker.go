@@ -1,0 +1,323 @@
+// Package worker consumes a channel's queue and turns each message into at
+// most one provider call per claimed attempt. A message is only a hint: the
+// worker re-reads the reminder, discards what is terminal or superseded,
+// expires what reached its deadline, claims the attempt with a fenced
+// conditional write, sends, records the outcome durably, and only then acks.
+// Messages are processed in batches so that the reads and the fenced writes
+// of many deliveries share one statement each.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// Config tunes a worker. Every zero value has a documented default.
+type Config struct {
+	// Channel is the channel whose queue this worker consumes. Required.
+	Channel reminder.Channel
+	// Name identifies the process in the event trail and the broker. Zero value: "<channel>-worker".
+	Name string
+	// Concurrency is how many batches are processed at once. Zero value: 4.
+	Concurrency int
+	// Batch is the most deliveries processed together. Zero value: 50.
+	Batch int
+	// BatchWait is how long a partial batch waits for more deliveries. Zero value: 10ms.
+	BatchWait time.Duration
+	// Prefetch is the broker's unacked-delivery window. Zero value: Concurrency × Batch × 2.
+	Prefetch int
+	// SendTimeout bounds one provider call. Zero value: 30s.
+	SendTimeout time.Duration
+	// SendLease is how long a claimed attempt is protected from the
+	// reconciler. Zero value: SendTimeout + 30s.
+	SendLease time.Duration
+	// MaxAttempts is the attempt budget of a reminder on this channel. Zero value: 5.
+	MaxAttempts int
+	// BackoffBase is the first retry delay before jitter. Zero value: 1s.
+	BackoffBase time.Duration
+	// BackoffMax caps the retry delay. Zero value: 1h.
+	BackoffMax time.Duration
+	// Grace is how long a stopping worker may take to finish and ack what is
+	// in flight; past it, it exits without acking and the broker redelivers.
+	// Keep it below the Deployment's terminationGracePeriodSeconds. Zero value: 25s.
+	Grace time.Duration
+	// Rate limits sends per second in this process; 0 means unlimited.
+	Rate float64
+	// Burst is the limiter's burst. Zero value: 1 (or Rate rounded up).
+	Burst int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = string(c.Channel) + "-worker"
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 4
+	}
+	if c.Batch <= 0 {
+		c.Batch = 50
+	}
+	if c.BatchWait <= 0 {
+		c.BatchWait = 10 * time.Millisecond
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = c.Concurrency * c.Batch * 2
+	}
+	if c.SendTimeout <= 0 {
+		c.SendTimeout = 30 * time.Second
+	}
+	if c.SendLease <= 0 {
+		c.SendLease = c.SendTimeout + 30*time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = time.Second
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = time.Hour
+	}
+	if c.Grace <= 0 {
+		c.Grace = 25 * time.Second
+	}
+	if c.Burst <= 0 {
+		c.Burst = max(1, int(math.Ceil(c.Rate)))
+	}
+	return c
+}
+
+// Counts are the worker's running totals, for logs and tests.
+type Counts struct {
+	Delivered, Retried, Failed, Expired, Duplicates, Superseded, Deferred, DeadLettered, Stale int64
+}
+
+// Worker consumes one channel.
+type Worker struct {
+	cfg      Config
+	url      string
+	topo     broker.Topology
+	store    *store.Store
+	sender   provider.Sender
+	keys     *message.Keyring
+	clock    clock.Clock
+	log      zerolog.Logger
+	pub      *broker.Publisher
+	limiter  *rate.Limiter
+	rand     func() float64
+	ready    atomic.Bool
+	counts   struct{ delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale atomic.Int64 }
+	inFlight sync.WaitGroup
+}
+
+// Deps are the worker's collaborators.
+type Deps struct {
+	AMQPURL  string
+	Topology broker.Topology
+	Store    *store.Store
+	Sender   provider.Sender
+	Keys     *message.Keyring
+	Clock    clock.Clock
+	Log      zerolog.Logger
+	// Rand returns a float in [0,1) for backoff jitter. Zero value: math/rand/v2.
+	Rand func() float64
+}
+
+// New returns a worker; Run starts it.
+func New(cfg Config, d Deps) (*Worker, error) {
+	if !cfg.Channel.Valid() {
+		return nil, fmt.Errorf("worker channel %q: must be email or sms", cfg.Channel)
+	}
+	cfg = cfg.withDefaults()
+	topo := d.Topology.WithDefaults()
+	w := &Worker{
+		cfg: cfg, url: d.AMQPURL, topo: topo, store: d.Store, sender: d.Sender, keys: d.Keys,
+		clock: d.Clock, log: d.Log, rand: d.Rand,
+		pub: broker.NewPublisher(d.AMQPURL, topo, cfg.Name+"-publisher"),
+	}
+	if w.clock == nil {
+		w.clock = clock.Real{}
+	}
+	if w.rand == nil {
+		w.rand = rand.Float64
+	}
+	if cfg.Rate > 0 {
+		w.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst)
+	}
+	return w, nil
+}
+
+// Ready reports whether the worker is connected and consuming.
+func (w *Worker) Ready() bool { return w.ready.Load() }
+
+// Counts returns the running totals.
+func (w *Worker) Counts() Counts {
+	c := &w.counts
+	return Counts{
+		Delivered: c.delivered.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
+		Expired: c.expired.Load(), Duplicates: c.duplicates.Load(), Superseded: c.superseded.Load(),
+		Deferred: c.deferred.Load(), DeadLettered: c.dead.Load(), Stale: c.stale.Load(),
+	}
+}
+
+// Run consumes until ctx is canceled, reconnecting with backoff whenever the
+// broker connection is lost. On cancel it stops consuming, finishes and acks
+// what is in flight within Grace, and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.pub.Close()
+	backoff := 100 * time.Millisecond
+	for {
+		started := time.Now()
+		err := w.session(ctx)
+		w.ready.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(started) > 30*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("broker session ended; reconnecting")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// session consumes on one connection until it is lost or ctx is canceled.
+func (w *Worker) session(ctx context.Context) error {
+	conn, err := broker.Dial(w.url, w.cfg.Name)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("opening consume channel: %w", err)
+	}
+	if err := w.topo.Declare(ch); err != nil {
+		return err
+	}
+	if err := ch.Qos(w.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("setting prefetch: %w", err)
+	}
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	canceled := ch.NotifyCancel(make(chan string, 1))
+	tag := fmt.Sprintf("%s-%d", w.cfg.Name, rand.Int64())
+	deliveries, err := ch.Consume(w.topo.Queue(string(w.cfg.Channel)), tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consuming %s: %w", w.topo.Queue(string(w.cfg.Channel)), err)
+	}
+	w.ready.Store(true)
+	w.log.Info().Str("queue", w.topo.Queue(string(w.cfg.Channel))).Int("prefetch", w.cfg.Prefetch).Msg("consuming")
+
+	// Batches keep running after ctx is canceled (they finish and ack);
+	// work is cut only when the grace period runs out.
+	work, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	batches := make(chan []amqp.Delivery)
+	var wg sync.WaitGroup
+	for range w.cfg.Concurrency {
+		wg.Go(func() {
+			for b := range batches {
+				w.process(work, b)
+			}
+		})
+	}
+
+	var (
+		cur    []amqp.Delivery
+		timer  = time.NewTimer(time.Hour)
+		timerC <-chan time.Time
+		done   = ctx.Done()
+		lost   error
+	)
+	timer.Stop()
+	flush := func() {
+		timer.Stop()
+		timerC = nil
+		if len(cur) > 0 {
+			batches <- cur
+			cur = nil
+		}
+	}
+loop:
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				break loop
+			}
+			cur = append(cur, d)
+			if len(cur) >= w.cfg.Batch {
+				flush()
+			} else if len(cur) == 1 {
+				timer.Reset(w.cfg.BatchWait)
+				timerC = timer.C
+			}
+		case <-timerC:
+			flush()
+		case <-done:
+			// Stop consuming; the library closes deliveries after cancel-ok,
+			// once every delivery already sent to us has been handed over.
+			done = nil
+			w.ready.Store(false)
+			if err := ch.Cancel(tag, false); err != nil {
+				lost = fmt.Errorf("canceling consumer: %w", err)
+				break loop
+			}
+		case e := <-connClosed:
+			lost = fmt.Errorf("connection closed: %v", e)
+			break loop
+		case e := <-chClosed:
+			lost = fmt.Errorf("channel closed: %v", e)
+			break loop
+		case <-canceled:
+			lost = errors.New("the broker canceled the consumer")
+			break loop
+		}
+	}
+	w.ready.Store(false)
+	if lost == nil {
+		flush()
+	} // else: those deliveries died with their channel; the broker redelivers them.
+	close(batches)
+
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(w.cfg.Grace):
+		w.log.Warn().Dur("grace", w.cfg.Grace).Msg("grace period over: exiting without acking what is in flight")
+		abort()
+		<-finished
+	}
+	if lost != nil {
+		return lost
+	}
+	// Quorum queues settle acks asynchronously: give them a moment before
+	// closing, or acked messages can come back as redeliveries.
+	time.Sleep(500 * time.Millisecond)
+	_ = ch.Close()
+	return nil
+}
