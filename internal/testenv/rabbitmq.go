@@ -1,0 +1,55 @@
+package testenv
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nudgehq/nudge/internal/broker"
+)
+
+// DefaultAMQPURL is the RabbitMQ the tests use unless NUDGE_TEST_AMQP_URL says otherwise.
+const DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// Broker is an isolated topology for one test: every exchange and queue
+// name carries a prefix of its own.
+type Broker struct {
+	URL      string
+	Topology broker.Topology
+}
+
+// RabbitMQ checks the broker is reachable, declares a topology under a
+// fresh prefix, and deletes it when the test ends.
+func RabbitMQ(tb testing.TB) *Broker {
+	tb.Helper()
+	url := os.Getenv("NUDGE_TEST_AMQP_URL")
+	if url == "" {
+		url = DefaultAMQPURL
+	}
+	conn, err := broker.Dial(url, "nudge-test")
+	if err != nil {
+		Unavailable(tb, "RabbitMQ at "+url, "start it (rabbitmq-server -detached), or set NUDGE_TEST_AMQP_URL", err)
+		return nil
+	}
+	topo := broker.Topology{Prefix: "t-" + RandomID()}.WithDefaults()
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		tb.Fatalf("opening a channel: %v", err)
+	}
+	if err := topo.Declare(ch); err != nil {
+		conn.Close()
+		tb.Fatalf("declaring test topology: %v", err)
+	}
+	conn.Close()
+	tb.Cleanup(func() {
+		conn, err := broker.Dial(url, "nudge-test-cleanup")
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_ = topo.Delete(ch)
+		}
+	})
+	return &Broker{URL: url, Topology: topo}
+}
