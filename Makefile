@@ -1,0 +1,39 @@
+# Nudge: the two commands a new user runs are `make demo` and `make test`.
+SHELL := /bin/bash
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/nudgehq/nudge/internal/config.Version=$(VERSION)
+export GOFLAGS := -buildvcs=false
+
+.PHONY: all build test test-short demo services vet fmt clean
+
+all: build
+
+## build: every binary into bin/
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+## services: install or start PostgreSQL, RabbitMQ and Mailpit when missing
+services:
+	scripts/ensure-services.sh
+
+## test: vet, then every test against the real PostgreSQL, RabbitMQ and Mailpit
+test: services
+	go vet ./...
+	go test -race -count=1 -timeout 15m ./...
+
+## test-short: unit tests only, no services needed
+test-short:
+	go test -short -count=1 ./...
+
+## demo: run the whole system end to end on this machine and print the outcomes
+demo: services build
+	go run ./tools/demo
+
+vet:
+	go vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin .demo
