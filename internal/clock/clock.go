@@ -48,3 +48,25 @@ func (f *Fake) Set(t time.Time) {
 	defer f.mu.Unlock()
 	f.now = t
 }
+
+// Shifted is the wall clock moved by an adjustable offset: time keeps
+// flowing (so broker TTLs and real waits line up with it) while a test can
+// jump ahead past a deadline or a lease.
+type Shifted struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+// Now returns the wall clock plus the offset.
+func (s *Shifted) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Add(s.offset)
+}
+
+// Advance moves the clock forward by d.
+func (s *Shifted) Advance(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.offset += d
+}

@@ -173,7 +173,8 @@ type acceptance struct {
 //
 //   - "template": unknown template, template failure or empty body (permanent,
 //     nothing is sent);
-//   - "invalid_message": no recipient or no idempotency key (permanent);
+//   - "message": no recipient or no idempotency key (permanent, as in the
+//     email channel);
 //   - "http_429", "http_408", "http_5NN": retryable, with RetryAfter from the
 //     Retry-After header (capped at MaxRetryAfter);
 //   - "http_4NN", "http_3NN": permanent;
@@ -185,14 +186,14 @@ type acceptance struct {
 //     deduplicated and returns the id).
 func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error) {
 	if msg.Recipient == "" {
-		return "", provider.PermanentError("invalid_message", errors.New("sending sms: message has no recipient"))
+		return "", provider.PermanentError("message", fmt.Errorf("sending reminder %d by sms: no recipient", msg.ReminderID))
 	}
 	if msg.IdempotencyKey == "" {
-		return "", provider.PermanentError("invalid_message", errors.New("sending sms: message has no idempotency key"))
+		return "", provider.PermanentError("message", fmt.Errorf("sending reminder %d by sms: empty idempotency key", msg.ReminderID))
 	}
 	text, err := c.templates.Render(msg.Template, templateData(msg))
 	if err != nil {
-		return "", provider.PermanentError("template", fmt.Errorf("sending sms: %w", err))
+		return "", provider.PermanentError("template", fmt.Errorf("sending reminder %d by sms: %w", msg.ReminderID, err))
 	}
 	payload, err := json.Marshal(request{
 		To:        msg.Recipient,
@@ -202,14 +203,14 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 		From:      c.sender,
 	})
 	if err != nil {
-		return "", provider.PermanentError("invalid_message", fmt.Errorf("encoding sms request: %w", err))
+		return "", provider.PermanentError("message", fmt.Errorf("encoding sms request: %w", err))
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(payload))
 	if err != nil {
-		return "", provider.PermanentError("invalid_message", fmt.Errorf("building sms request: %w", err))
+		return "", provider.PermanentError("message", fmt.Errorf("building sms request: %w", err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -220,7 +221,7 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return "", transportError("sending sms", err)
+		return "", transportError(fmt.Sprintf("sending reminder %d by sms", msg.ReminderID), err)
 	}
 	body, err := readBody(resp.Body)
 	if err != nil {

@@ -518,10 +518,10 @@ func TestSendInvalidMessage(t *testing.T) {
 	noRecipient := message("k")
 	noRecipient.Recipient = ""
 	_, err := c.Send(t.Context(), noRecipient)
-	requireSendError(t, err, provider.Permanent, "invalid_message")
+	requireSendError(t, err, provider.Permanent, "message")
 
 	_, err = c.Send(t.Context(), message(""))
-	requireSendError(t, err, provider.Permanent, "invalid_message")
+	requireSendError(t, err, provider.Permanent, "message")
 	require.Empty(t, b.fake.Attempts())
 }
 

@@ -105,11 +105,15 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 		switch {
 		case !ok:
 			w.deadLetter(ctx, it, "unknown reminder")
-		case row.State.Terminal():
-			w.counts.duplicates.Add(1)
-			it.done = true
-		case row.Fence != it.env.Fence:
-			w.counts.superseded.Add(1)
+		case row.State.Terminal() || row.Fence != it.env.Fence:
+			// A decision newer than this message was taken: count whether
+			// it was a cancel or expiry (superseded) or this message's own
+			// earlier delivery (a duplicate consume, suppressed).
+			if row.State == reminder.Canceled || row.State == reminder.Expired {
+				w.counts.superseded.Add(1)
+			} else {
+				w.counts.duplicates.Add(1)
+			}
 			it.done = true
 		case !now.Before(row.Deadline):
 			expire = append(expire, store.Fenced{ID: row.ID, Fence: row.Fence})

@@ -1,0 +1,355 @@
+package worker_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/fakesms"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/sms"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/internal/worker"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// bundle is one SMS worker on real PostgreSQL and RabbitMQ, sending to the
+// fake provider, with a clock the test can move ahead.
+type bundle struct {
+	db     *testenv.DB
+	mq     *testenv.Broker
+	st     *store.Store
+	sms    *fakesms.Server
+	clock  *clock.Shifted
+	keys   *message.Keyring
+	disp   *dispatch.Dispatcher
+	worker *worker.Worker
+	cancel context.CancelFunc
+	done   chan error
+	log    zerolog.Logger
+}
+
+func setup(t *testing.T, cfg worker.Config) *bundle {
+	t.Helper()
+	b := &bundle{db: testenv.Postgres(t), sms: fakesms.New(), clock: &clock.Shifted{}}
+	b.mq = testenv.RabbitMQ(t)
+	b.st = store.New(b.db.Pool)
+	// Short tiers so retries come back within the test.
+	b.mq.Topology.RetryTiers = []time.Duration{200 * time.Millisecond, time.Second, 2 * time.Second}
+	require.NoError(t, b.declare())
+	var err error
+	b.keys, err = message.ParseKeys("test:0123456789abcdef0123")
+	require.NoError(t, err)
+	b.log = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	hs := httptest.NewServer(b.sms)
+	t.Cleanup(hs.Close)
+	client, err := sms.New(sms.Config{URL: hs.URL, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+
+	b.disp = &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
+		Store: b.st, Publisher: broker.NewPublisher(b.mq.URL, b.mq.Topology, "dispatcher"), Keys: b.keys,
+		Topology: b.mq.Topology, Clock: b.clock, Actor: "dispatcher",
+	}, Log: b.log}
+
+	cfg.Channel = reminder.SMS
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = 100 * time.Millisecond
+	}
+	b.worker, err = worker.New(cfg, worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st,
+		Sender: client, Keys: b.keys, Clock: b.clock, Log: b.log, Rand: func() float64 { return 0.5 }})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel, b.done = cancel, make(chan error, 1)
+	go func() { b.done <- b.worker.Run(ctx) }()
+	t.Cleanup(func() { b.stop(t) })
+	return b
+}
+
+func (b *bundle) declare() error {
+	conn, err := broker.Dial(b.mq.URL, "test")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	return b.mq.Topology.WithDefaults().Declare(ch)
+}
+
+var stopOnce sync.Map
+
+func (b *bundle) stop(t *testing.T) {
+	if _, done := stopOnce.LoadOrStore(b, true); done {
+		return
+	}
+	b.cancel()
+	select {
+	case err := <-b.done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not stop")
+	}
+}
+
+func (b *bundle) schedule(t *testing.T, key string, deadline time.Duration) int64 {
+	t.Helper()
+	now := b.clock.Now()
+	res, err := intake.Schedule(context.Background(), b.db.Pool, intake.Request{
+		Tenant: "acme", Key: key, Channel: reminder.SMS, Recipient: "+14155550100", Template: "course-expiry",
+		DueAt: now.Add(-time.Second), Deadline: now.Add(deadline),
+	})
+	require.NoError(t, err)
+	return res.ID
+}
+
+func (b *bundle) dispatch(t *testing.T) {
+	t.Helper()
+	_, err := b.disp.RunOnce(context.Background())
+	require.NoError(t, err)
+}
+
+func (b *bundle) waitState(t *testing.T, id int64, want reminder.State) reminder.Reminder {
+	t.Helper()
+	var r reminder.Reminder
+	require.Eventually(t, func() bool {
+		var err error
+		r, err = intake.Get(context.Background(), b.db.Pool, id)
+		require.NoError(t, err)
+		return r.State == want
+	}, 20*time.Second, 20*time.Millisecond, "reminder %d never reached %s (last %s: %s)", id, want, r.State, r.Reason)
+	return r
+}
+
+func (b *bundle) events(t *testing.T, id int64) []reminder.Event {
+	t.Helper()
+	evs, err := intake.Events(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	return evs
+}
+
+func TestRetryableFailuresThenDelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	require.NoError(t, b.sms.SetConfig(fakesms.Config{RetryAfterSeconds: 1, Script: []fakesms.Outcome{"503", "429"}}))
+	id := b.schedule(t, "k", time.Hour)
+	start := time.Now()
+	b.dispatch(t)
+
+	r := b.waitState(t, id, reminder.Delivered)
+	require.Equal(t, 3, r.Attempts)
+	require.Contains(t, r.LastError, "http_429")
+	// The 429's Retry-After (1s) outweighs the 200ms backoff: the third
+	// attempt waited at least a second after the second.
+	attempts := b.sms.Attempts()
+	require.Len(t, attempts, 3)
+	require.GreaterOrEqual(t, attempts[2].Time.Sub(attempts[1].Time), time.Second)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Len(t, b.sms.Messages(), 1)
+
+	var trail []reminder.State
+	for _, e := range b.events(t, id) {
+		trail = append(trail, e.To)
+	}
+	require.Equal(t, []reminder.State{reminder.Pending, reminder.Leased, reminder.Enqueued, reminder.Sending,
+		reminder.Retrying, reminder.Sending, reminder.Retrying, reminder.Sending, reminder.Delivered}, trail)
+}
+
+func TestPermanentFailureEndsFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	require.NoError(t, b.sms.Enqueue("400"))
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	r := b.waitState(t, id, reminder.Failed)
+	require.Equal(t, "permanent failure: http_400", r.Reason)
+	require.Equal(t, 1, r.Attempts)
+	require.Empty(t, b.sms.Messages())
+	require.Len(t, b.sms.Attempts(), 1, "a permanent failure is not retried")
+}
+
+func TestTimeoutAfterAcceptIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{SendTimeout: 300 * time.Millisecond})
+	require.NoError(t, b.sms.SetConfig(fakesms.Config{Stall: 2 * time.Second, Script: []fakesms.Outcome{fakesms.TimeoutAfterAccept}}))
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	r := b.waitState(t, id, reminder.Delivered)
+	require.Equal(t, 2, r.Attempts, "the timed-out attempt is retried with the same idempotency key")
+	require.Len(t, b.sms.Messages(), 1, "the provider deduplicated the retry: one message reached the phone")
+	atts := b.sms.Attempts()
+	require.Len(t, atts, 2)
+	require.Equal(t, atts[0].IdempotencyKey, atts[1].IdempotencyKey)
+	require.True(t, atts[1].Duplicate)
+}
+
+func TestAttemptLimitEndsFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{MaxAttempts: 2})
+	require.NoError(t, b.sms.Enqueue("503", "503", "503"))
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	r := b.waitState(t, id, reminder.Failed)
+	require.Equal(t, "attempts exhausted (2): http_503", r.Reason)
+	require.Len(t, b.sms.Attempts(), 2)
+}
+
+func TestNoRetryScheduledPastDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{BackoffBase: 2 * time.Second})
+	require.NoError(t, b.sms.Enqueue("503"))
+	id := b.schedule(t, "k", 1500*time.Millisecond) // the next attempt (the 2s tier) would land past it
+	b.dispatch(t)
+	r := b.waitState(t, id, reminder.Expired)
+	require.Equal(t, "deadline would pass before the next attempt: http_503", r.Reason)
+	require.Len(t, b.sms.Attempts(), 1)
+}
+
+func TestDeadlinePassesWhileWaitingInRetryTier(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{BackoffBase: 800 * time.Millisecond})
+	require.NoError(t, b.sms.Enqueue("503"))
+	id := b.schedule(t, "k", time.Minute)
+	b.dispatch(t)
+	b.waitState(t, id, reminder.Retrying)
+	// While the message waits in its 1s tier, the clock passes the deadline.
+	b.clock.Advance(2 * time.Minute)
+	r := b.waitState(t, id, reminder.Expired)
+	require.Equal(t, "deadline reached before the send started", r.Reason)
+	require.Len(t, b.sms.Attempts(), 1, "nothing is sent after the deadline")
+}
+
+func TestCanceledWhileQueuedIsNotSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t) // no consumer while we enqueue and cancel
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	st, err := intake.Cancel(context.Background(), b.db.Pool, "acme", "k", "app", "learner left")
+	require.NoError(t, err)
+	require.Equal(t, reminder.Canceled, st)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS}, worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology,
+		Store: b.st, Sender: nil, Keys: b.keys, Clock: b.clock, Log: b.log})
+	require.NoError(t, err)
+	go func() { _ = w2.Run(ctx) }()
+	require.Eventually(t, func() bool { return w2.Counts().Superseded == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, reminder.Canceled, b.waitState(t, id, reminder.Canceled).State)
+	require.Empty(t, b.sms.Attempts())
+}
+
+// publishRaw puts a hand-made message on the SMS work queue.
+func (b *bundle) publishRaw(t *testing.T, id string, body []byte, headers amqp.Table) {
+	t.Helper()
+	pub := broker.NewPublisher(b.mq.URL, b.mq.Topology, "raw")
+	defer pub.Close()
+	res, err := pub.PublishBatch(context.Background(), []broker.Outgoing{{Exchange: b.mq.Topology.WorkExchange(),
+		RoutingKey: "sms", Msg: amqp.Publishing{MessageId: id, Headers: headers, Body: body}}})
+	require.NoError(t, err)
+	require.NoError(t, res[0])
+}
+
+func TestUnverifiableMessagesAreDeadLetteredNotProcessed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	id := b.schedule(t, "k", time.Hour)
+	good, hdr, err := b.keys.Seal(message.Envelope{ReminderID: id, Fence: 0, Channel: "sms"})
+	require.NoError(t, err)
+	tampered := []byte(string(good[:len(good)-2]) + " }")
+	other, err := message.ParseKeys("rogue:fedcba9876543210fedc")
+	require.NoError(t, err)
+	forgedBody, forgedHdr, err := other.Seal(message.Envelope{ReminderID: id, Channel: "sms"})
+	require.NoError(t, err)
+
+	b.publishRaw(t, "unsigned", good, nil)
+	b.publishRaw(t, "tampered", tampered, hdr)
+	b.publishRaw(t, "forged", forgedBody, forgedHdr)
+	b.publishRaw(t, "malformed", []byte("not json"), signedHeaders(b.keys, []byte("not json")))
+
+	dead := b.drainDead(t, 4)
+	reasons := map[string]string{}
+	for _, d := range dead {
+		reasons[d.MessageId] = d.Headers[worker.HeaderReason].(string)
+		require.EqualValues(t, 1, d.Headers[worker.HeaderReceiveCount])
+		require.NotEmpty(t, d.Headers[worker.HeaderFirstSeen])
+	}
+	require.Equal(t, "unverifiable: message is not signed", reasons["unsigned"])
+	require.Equal(t, "unverifiable: message signature does not verify", reasons["tampered"])
+	require.Contains(t, reasons["forged"], "unknown key id")
+	require.Contains(t, reasons["malformed"], "malformed")
+
+	r, err := intake.Get(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	require.Equal(t, reminder.Pending, r.State, "no unverified message touches a reminder")
+	require.Empty(t, b.sms.Attempts())
+}
+
+func signedHeaders(k *message.Keyring, body []byte) amqp.Table {
+	return amqp.Table(message.SignForTest(k, body))
+}
+
+// drainDead reads n messages from the SMS dead-letter queue.
+func (b *bundle) drainDead(t *testing.T, n int) []amqp.Delivery {
+	t.Helper()
+	conn, err := broker.Dial(b.mq.URL, "dead-reader")
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	var out []amqp.Delivery
+	require.Eventually(t, func() bool {
+		d, ok, err := ch.Get(b.mq.Topology.DeadQueue("sms"), false)
+		require.NoError(t, err)
+		if ok {
+			out = append(out, d)
+			require.NoError(t, d.Ack(false))
+		}
+		return len(out) >= n
+	}, 15*time.Second, 10*time.Millisecond, "dead letters: got %d of %d", len(out), n)
+	return out
+}
+
+func TestGracefulDrainFinishesInFlightSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{Grace: 10 * time.Second})
+	require.NoError(t, b.sms.SetConfig(fakesms.Config{Delay: 700 * time.Millisecond}))
+	var ids []int64
+	for i := range 20 {
+		ids = append(ids, b.schedule(t, "k"+strconv.Itoa(i), time.Hour))
+	}
+	b.dispatch(t)
+	require.Eventually(t, func() bool { return len(b.sms.Attempts()) > 0 }, 10*time.Second, 5*time.Millisecond)
+	b.stop(t) // SIGTERM with sends in flight
+
+	for _, id := range ids {
+		r, err := intake.Get(context.Background(), b.db.Pool, id)
+		require.NoError(t, err)
+		require.Equal(t, reminder.Delivered, r.State, "in-flight reminder %d finished before exit", id)
+	}
+	// Everything was acked: the work queue is empty.
+	conn, err := broker.Dial(b.mq.URL, "inspect")
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclarePassive(b.mq.Topology.Queue("sms"), true, false, false, false,
+		amqp.Table{"x-queue-type": "quorum"})
+	require.NoError(t, err)
+	require.Zero(t, q.Messages)
+	require.Len(t, b.sms.Messages(), 20)
+}
