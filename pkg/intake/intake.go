@@ -4,10 +4,11 @@
 // that caused it (transactional enqueue), so there is no window where one
 // exists without the other.
 //
-// Every path (this package, the nudge_schedule SQL function, nudgectl) goes
-// through the same SQL function, nudge_try_schedule, so validation and
-// idempotency are defined once: a repeat with the same content returns the
-// existing reminder; the same key with different content is a *ConflictError.
+// Every path (this package, the nudge_schedule SQL function, nudgectl)
+// validates with the same SQL function, nudge_invalid, and applies the same
+// idempotency rule on (tenant, key): a repeat with the same content returns
+// the existing reminder; the same key with different content is a
+// *ConflictError. Batches are scheduled set-based, in one statement.
 package intake
 
 import (
@@ -83,12 +84,20 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("key %q of tenant %q is already scheduled (reminder %d) with different content", e.Key, e.Tenant, e.ID)
 }
 
-// ErrNotFound means no reminder matches.
-var ErrNotFound = errors.New("reminder not found")
+var (
+	// ErrNotFound means no reminder matches.
+	ErrNotFound = errors.New("reminder not found")
+	// ErrConcurrent means another transaction scheduled the same key while
+	// this one ran and had not committed when it started; retrying reads it.
+	ErrConcurrent = errors.New("the same key was scheduled concurrently by another transaction; retry")
+)
 
 // Schedule records one reminder in q (typically the caller's transaction).
 func Schedule(ctx context.Context, q Querier, r Request) (Result, error) {
 	out, err := ScheduleMany(ctx, q, []Request{r})
+	if err == nil && errors.Is(out[0].Err, ErrConcurrent) {
+		out, err = ScheduleMany(ctx, q, []Request{r}) // the other transaction has committed by now
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -102,14 +111,57 @@ type Outcome struct {
 	Err error
 }
 
+// scheduleManySQL schedules a whole batch in one statement, set-based: the
+// same validation (nudge_invalid) and the same idempotency rule as
+// nudge_try_schedule, which a web tier calls for one reminder. Within a
+// batch the first valid occurrence of a key is the one created; later ones
+// are compared with it.
 const scheduleManySQL = `
-SELECT s.id, s.status, s.field, s.reason
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-              $7::timestamptz[], $8::timestamptz[], $9::text[])
-       WITH ORDINALITY AS u(tenant, key, channel, recipient, template, data, due_at, deadline, actor, ord)
- CROSS JOIN LATERAL nudge_try_schedule(u.tenant, u.key, u.channel, u.recipient, u.template,
-                                       u.data::jsonb, u.due_at, u.deadline, u.actor) AS s
- ORDER BY u.ord`
+WITH raw AS MATERIALIZED (
+    -- Materialized so data is parsed once and nudge_invalid, taking plain
+    -- columns, is inlined into the statement.
+    SELECT u.tenant, u.key, u.channel, u.recipient, u.template, u.data::jsonb AS data,
+           u.due_at, u.deadline, u.ord
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                  $7::timestamptz[], $8::timestamptz[])
+           WITH ORDINALITY AS u(tenant, key, channel, recipient, template, data, due_at, deadline, ord)
+), input AS (
+    SELECT raw.*, nudge_invalid(tenant, key, channel, recipient, template, data, due_at, deadline) AS invalid
+      FROM raw
+), ranked AS (
+    SELECT input.*, min(ord) FILTER (WHERE invalid IS NULL) OVER (PARTITION BY tenant, key) AS first_ord
+      FROM input
+), ins AS (
+    INSERT INTO reminders AS t (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key)
+    SELECT tenant, key, channel, recipient, template, data, due_at, deadline, nudge_idempotency_key(tenant, key)
+      FROM ranked
+     WHERE invalid IS NULL AND ord = first_ord
+     ORDER BY ord
+        ON CONFLICT ON CONSTRAINT reminders_logical_key DO NOTHING
+    RETURNING t.id, t.tenant, t.key, t.channel, t.recipient, t.template, t.data, t.due_at, t.deadline
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, NULL, 'pending', 0, $9, 'scheduled', now() FROM ins
+)
+SELECT coalesce(n.id, o.id),
+       CASE
+           WHEN i.invalid IS NOT NULL THEN 'invalid'
+           WHEN n.id IS NOT NULL AND i.ord = i.first_ord THEN 'created'
+           WHEN n.id IS NULL AND o.id IS NULL THEN 'concurrent'
+           WHEN (i.channel, i.recipient, i.template, i.data, i.due_at, i.deadline)
+                IS NOT DISTINCT FROM
+                (coalesce(n.channel, o.channel), coalesce(n.recipient, o.recipient),
+                 coalesce(n.template, o.template), coalesce(n.data, o.data),
+                 coalesce(n.due_at, o.due_at), coalesce(n.deadline, o.deadline)) THEN 'exists'
+           ELSE 'conflict'
+       END,
+       i.invalid[1], i.invalid[2]
+  FROM ranked i
+  LEFT JOIN ins n ON i.invalid IS NULL AND n.tenant = i.tenant AND n.key = i.key
+  LEFT JOIN LATERAL (SELECT * FROM reminders r
+                      WHERE i.invalid IS NULL AND n.id IS NULL AND r.tenant = i.tenant AND r.key = i.key
+                     OFFSET 0) o ON true
+ ORDER BY i.ord`
 
 // ScheduleMany records many reminders in one round trip and returns one
 // Outcome per request, in order. Invalid or conflicting requests do not stop
@@ -124,13 +176,13 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 	n := len(reqs)
 	out := make([]Outcome, n)
 	var (
-		tenants, keys, channels, recipients, templates, datas, actors = make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n)
+		tenants, keys, channels, recipients, templates, datas = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 		dues, deadlines = make([]*time.Time, n), make([]*time.Time, n)
 	)
 	for i, r := range reqs {
 		tenants[i], keys[i], channels[i] = r.Tenant, r.Key, string(r.Channel)
-		recipients[i], templates[i], actors[i] = r.Recipient, r.Template, actor
+		recipients[i], templates[i] = r.Recipient, r.Template
 		if !r.DueAt.IsZero() {
 			dues[i] = &reqs[i].DueAt
 		}
@@ -145,7 +197,7 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		datas[i] = &data
 	}
 	rows, err := q.Query(ctx, scheduleManySQL, tenants, keys, channels, recipients, templates, datas,
-		dues, deadlines, actors)
+		dues, deadlines, actor)
 	if err != nil {
 		return nil, fmt.Errorf("scheduling %d reminders: %w", n, err)
 	}
@@ -206,6 +258,8 @@ func toOutcome(r Request, id *int64, status string, field, reason *string) Outco
 		o.Status = Exists
 	case "conflict":
 		o.Err = &ConflictError{Tenant: r.Tenant, Key: r.Key, ID: o.ID}
+	case "concurrent":
+		o.Err = ErrConcurrent
 	default:
 		o.Err = &ValidationError{Field: deref(field), Reason: deref(reason)}
 	}

@@ -152,8 +152,16 @@ func TestScheduleManyKeepsGoodRows(t *testing.T) {
 	bad.Key = "other"
 	bad.Channel = "pigeon"
 	dup := valid() // same key and content as good, later in the batch
-	out, err := intake.ScheduleMany(ctx, db.Pool, []intake.Request{good, bad, dup})
+	clash := valid()
+	clash.Recipient = "someone-else@example.com" // same key, other content, same batch
+	out, err := intake.ScheduleMany(ctx, db.Pool, []intake.Request{good, bad, dup, clash})
 	require.NoError(t, err)
+	var conflict *intake.ConflictError
+	require.ErrorAs(t, out[3].Err, &conflict)
+	require.Equal(t, out[0].ID, conflict.ID)
+	r, err := intake.Get(ctx, db.Pool, out[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, good.Recipient, r.Recipient, "the first occurrence in a batch wins")
 	require.NoError(t, out[0].Err)
 	require.Equal(t, intake.Created, out[0].Status)
 	var verr *intake.ValidationError
