@@ -1,0 +1,182 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+type bundle struct {
+	db   *testenv.DB
+	mq   *testenv.Broker
+	keys *message.Keyring
+	now  time.Time
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	keys, err := message.ParseKeys("k1:0123456789abcdef0123")
+	require.NoError(t, err)
+	return bundle{db: testenv.Postgres(t), mq: testenv.RabbitMQ(t), keys: keys, now: time.Now()}
+}
+
+func (b bundle) dispatcher(url string, topo broker.Topology, c clock.Clock, cfg dispatch.Config) *dispatch.Dispatcher {
+	return &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
+		Store: store.New(b.db.Pool), Publisher: broker.NewPublisher(url, topo, "test-dispatcher"), Keys: b.keys,
+		Topology: topo, Clock: c, Actor: "test-dispatcher",
+	}, Config: cfg, Log: zerolog.Nop()}
+}
+
+func (b bundle) schedule(t *testing.T, n int, ch reminder.Channel) {
+	t.Helper()
+	var reqs []intake.Request
+	for i := range n {
+		rcpt := fmt.Sprintf("u%d@example.com", i)
+		if ch == reminder.SMS {
+			rcpt = fmt.Sprintf("+1415555%04d", i)
+		}
+		reqs = append(reqs, intake.Request{Tenant: "acme", Key: fmt.Sprintf("%s-%d", ch, i), Channel: ch,
+			Recipient: rcpt, Template: "course-expiry", DueAt: b.now.Add(-time.Minute), Deadline: b.now.Add(time.Hour)})
+	}
+	out, err := intake.ScheduleMany(context.Background(), b.db.Pool, reqs)
+	require.NoError(t, err)
+	for _, o := range out {
+		require.NoError(t, o.Err)
+	}
+}
+
+func (b bundle) states(t *testing.T) map[reminder.State]int {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT state, count(*) FROM reminders GROUP BY 1`)
+	require.NoError(t, err)
+	out := map[reminder.State]int{}
+	for rows.Next() {
+		var s reminder.State
+		var n int
+		require.NoError(t, rows.Scan(&s, &n))
+		out[s] = n
+	}
+	return out
+}
+
+func TestPublishesSignedPersistentMessagesAndRecordsEnqueued(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.schedule(t, 3, reminder.SMS)
+	sum, err := b.dispatcher(b.mq.URL, b.mq.Topology, clock.Real{}, dispatch.Config{}).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 3, sum.Enqueued)
+	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 3}, b.states(t))
+
+	conn, err := broker.Dial(b.mq.URL, "reader")
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	d, ok, err := ch.Get(b.mq.Topology.Queue("sms"), false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 2, d.DeliveryMode, "persistent")
+	env, err := b.keys.Open(d.Body, d.Headers)
+	require.NoError(t, err)
+	r, err := intake.Get(context.Background(), b.db.Pool, env.ReminderID)
+	require.NoError(t, err)
+	require.Equal(t, r.Fence, env.Fence)
+	require.Equal(t, r.IdempotencyKey, env.IdempotencyKey)
+	require.Equal(t, fmt.Sprintf("%d-%d", r.ID, r.Fence), d.MessageId)
+}
+
+func TestUnroutablePublishIsReleasedNotEnqueued(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A topology whose email queue was never declared: the exchange exists
+	// and confirms the publish, but nothing routes it.
+	topo := broker.Topology{Prefix: b.mq.Topology.Prefix, Channels: []string{"sms"}, RetryTiers: b.mq.Topology.RetryTiers}.WithDefaults()
+	conn, err := broker.Dial(b.mq.URL, "unbinder")
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueUnbind(b.mq.Topology.Queue("email"), "email", b.mq.Topology.WorkExchange(), nil))
+	conn.Close()
+
+	b.schedule(t, 2, reminder.Email)
+	b.schedule(t, 2, reminder.SMS)
+	sum, err := b.dispatcher(b.mq.URL, topo, clock.Real{}, dispatch.Config{}).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, sum.Enqueued)
+	require.Equal(t, 2, sum.Released)
+	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 2, reminder.Pending: 2}, b.states(t))
+	r, err := intake.GetByKey(context.Background(), b.db.Pool, "acme", "email-0")
+	require.NoError(t, err)
+	require.Contains(t, r.LastError, "unroutable")
+	require.Equal(t, int64(2), r.Fence, "released under a new fence")
+}
+
+func TestBrokerDownLeavesNothingLeased(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.schedule(t, 5, reminder.Email)
+	_, err := b.dispatcher("amqp://guest:guest@127.0.0.1:1/", b.mq.Topology, clock.Real{}, dispatch.Config{}).
+		RunOnce(context.Background())
+	require.Error(t, err)
+	require.Equal(t, map[reminder.State]int{reminder.Pending: 5}, b.states(t),
+		"claims whose publish could not happen go straight back to pending")
+}
+
+// tickingClock advances by step on every reading, so a run's own work
+// consumes its budget.
+type tickingClock struct {
+	f    *clock.Fake
+	step time.Duration
+}
+
+func (c tickingClock) Now() time.Time {
+	t := c.f.Now()
+	c.f.Advance(c.step)
+	return t
+}
+
+func TestStopsStartingBatchesWhenTheBudgetIsNear(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.schedule(t, 100, reminder.SMS)
+	c := tickingClock{f: clock.NewFake(b.now), step: time.Second}
+	sum, err := b.dispatcher(b.mq.URL, b.mq.Topology, c, dispatch.Config{Batch: 10, Budget: 20 * time.Second}).
+		RunOnce(context.Background())
+	require.NoError(t, err)
+	require.True(t, sum.OutOfBudget)
+	require.Less(t, sum.Claimed, 100)
+	require.Greater(t, sum.Claimed, 0)
+	st := b.states(t)
+	require.Equal(t, sum.Enqueued, st[reminder.Enqueued])
+	require.Equal(t, 100-sum.Claimed, st[reminder.Pending], "what the run did not reach stays pending for the next")
+}
+
+func TestCutoffIsFixedAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	f := clock.NewFake(b.now)
+	_, err := intake.Schedule(ctx, b.db.Pool, intake.Request{Tenant: "acme", Key: "later", Channel: reminder.SMS,
+		Recipient: "+14155550100", Template: "t", DueAt: b.now.Add(5 * time.Second), Deadline: b.now.Add(time.Hour)})
+	require.NoError(t, err)
+	// The run's clock passes the reminder's due time mid-run; the cutoff does not move.
+	c := tickingClock{f: f, step: 10 * time.Second}
+	sum, err := b.dispatcher(b.mq.URL, b.mq.Topology, c, dispatch.Config{}).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, sum.Claimed)
+	require.Equal(t, map[reminder.State]int{reminder.Pending: 1}, b.states(t))
+}

@@ -1,0 +1,173 @@
+package reconcile_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/reconcile"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+type bundle struct {
+	db    *testenv.DB
+	mq    *testenv.Broker
+	st    *store.Store
+	keys  *message.Keyring
+	clock *clock.Fake
+	enq   dispatch.Enqueuer
+	rec   *reconcile.Reconciler
+	ch    *amqp.Channel
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	b := &bundle{db: testenv.Postgres(t), mq: testenv.RabbitMQ(t), clock: clock.NewFake(time.Now())}
+	b.st = store.New(b.db.Pool)
+	var err error
+	b.keys, err = message.ParseKeys("k1:0123456789abcdef0123")
+	require.NoError(t, err)
+	pub := broker.NewPublisher(b.mq.URL, b.mq.Topology, "test")
+	t.Cleanup(pub.Close)
+	b.enq = dispatch.Enqueuer{Store: b.st, Publisher: pub, Keys: b.keys, Topology: b.mq.Topology, Clock: b.clock, Actor: "test"}
+	rec := b.enq
+	rec.Actor = "reconciler"
+	b.rec = &reconcile.Reconciler{Enqueuer: rec, Config: reconcile.Config{Overdue: time.Minute, Lease: time.Minute},
+		Log: zerolog.Nop()}
+	conn, err := broker.Dial(b.mq.URL, "reader")
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	b.ch, err = conn.Channel()
+	require.NoError(t, err)
+	return b
+}
+
+func (b *bundle) schedule(t *testing.T, key string, deadline time.Duration) int64 {
+	t.Helper()
+	now := b.clock.Now()
+	res, err := intake.Schedule(context.Background(), b.db.Pool, intake.Request{Tenant: "acme", Key: key,
+		Channel: reminder.SMS, Recipient: "+14155550100", Template: "course-expiry",
+		DueAt: now.Add(-time.Second), Deadline: now.Add(deadline)})
+	require.NoError(t, err)
+	return res.ID
+}
+
+func (b *bundle) get(t *testing.T, id int64) reminder.Reminder {
+	t.Helper()
+	r, err := intake.Get(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	return r
+}
+
+// queued returns the envelopes waiting in the SMS work queue, consuming them.
+func (b *bundle) queued(t *testing.T) []message.Envelope {
+	t.Helper()
+	var out []message.Envelope
+	for {
+		d, ok, err := b.ch.Get(b.mq.Topology.Queue("sms"), true)
+		require.NoError(t, err)
+		if !ok {
+			return out
+		}
+		env, err := b.keys.Open(d.Body, d.Headers)
+		require.NoError(t, err)
+		out = append(out, env)
+	}
+}
+
+func (b *bundle) dispatch(t *testing.T) {
+	t.Helper()
+	now := b.clock.Now()
+	claimed, err := b.st.ClaimDue(context.Background(), now, now, 100, time.Minute, "d")
+	require.NoError(t, err)
+	_, err = b.enq.Enqueue(context.Background(), claimed)
+	require.NoError(t, err)
+}
+
+func TestRepublishesAMessageThatWasLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	lost := b.queued(t) // the message vanishes (a purged queue, a broker that lost it)
+	require.Len(t, lost, 1)
+
+	sum, err := b.rec.Pass(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, sum.Republished, "not overdue yet")
+
+	b.clock.Advance(2 * time.Minute)
+	sum, err = b.rec.Pass(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, sum.Republished)
+	again := b.queued(t)
+	require.Len(t, again, 1)
+	r := b.get(t, id)
+	require.Equal(t, reminder.Enqueued, r.State)
+	require.Equal(t, r.Fence, again[0].Fence)
+	require.Greater(t, again[0].Fence, lost[0].Fence, "the old message, if it resurfaces, is superseded")
+	require.Equal(t, lost[0].IdempotencyKey, again[0].IdempotencyKey)
+}
+
+func TestRecoversASendWhoseWorkerDied(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	msg := b.queued(t)[0]
+	// A worker claims the attempt, then dies before recording anything.
+	_, err := b.st.ClaimAttempts(context.Background(), b.clock.Now(),
+		[]store.Fenced{{ID: id, Fence: msg.Fence}}, 30*time.Second, "doomed-worker")
+	require.NoError(t, err)
+
+	b.clock.Advance(10 * time.Second)
+	sum, err := b.rec.Pass(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, sum.Republished, "the send lease is still live")
+
+	b.clock.Advance(time.Minute)
+	sum, err = b.rec.Pass(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, sum.Republished)
+	r := b.get(t, id)
+	require.Equal(t, reminder.Enqueued, r.State)
+	require.Equal(t, 1, r.Attempts, "the interrupted attempt counts against the budget")
+	require.Len(t, b.queued(t), 1)
+}
+
+func TestReleasesDeadLeasesAndExpiresLateWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	held := b.schedule(t, "held", time.Hour)
+	late := b.schedule(t, "late", 30*time.Second)
+	// A dispatcher claims both and dies before publishing.
+	_, err := b.st.ClaimDue(ctx, b.clock.Now(), b.clock.Now(), 100, 20*time.Second, "dead-dispatcher")
+	require.NoError(t, err)
+
+	b.clock.Advance(time.Minute)
+	sum, err := b.rec.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, sum.Expired)
+	require.Equal(t, 1, sum.Released)
+	require.Equal(t, reminder.Pending, b.get(t, held).State)
+	r := b.get(t, late)
+	require.Equal(t, reminder.Expired, r.State)
+	require.Equal(t, "deadline passed while leased", r.Reason)
+
+	// A second pass finds nothing: repair is idempotent.
+	sum, err = b.rec.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Summary{Elapsed: sum.Elapsed}, sum)
+}
