@@ -360,3 +360,111 @@ func TestCanceledWhileQueuedCannotBeClaimed(t *testing.T) {
 	require.Empty(t, got)
 	require.Equal(t, reminder.Canceled, b.get(t, id).State)
 }
+
+// TestEveryTransition walks each edge of the state machine once, with the
+// guard that must refuse it when the fence is stale.
+func TestEveryTransition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type step func(b bundle, id int64) (moved bool)
+	claimDue := func(b bundle, id int64) bool {
+		got, err := b.st.ClaimDue(ctx, b.clock.Now(), b.clock.Now(), 10, time.Minute, "d")
+		require.NoError(t, err)
+		return len(got) == 1 && got[0].ID == id
+	}
+	fence := func(b bundle, id int64) int64 { return b.get(t, id).Fence }
+	claimAttempt := func(b bundle, id int64) (store.Attempt, bool) {
+		got, err := b.st.ClaimAttempts(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence(b, id)}}, time.Minute, "w")
+		require.NoError(t, err)
+		a, ok := got[id]
+		return a, ok
+	}
+	outcome := func(st reminder.State, kind string) step {
+		return func(b bundle, id int64) bool {
+			a, ok := claimAttempt(b, id)
+			require.True(t, ok)
+			var next *time.Time
+			if st == reminder.Retrying {
+				n := b.clock.Now().Add(time.Second)
+				next = &n
+			}
+			moved, err := b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: a.Fence,
+				AttemptID: a.AttemptID, State: st, AttemptOutcome: kind, NextAttemptAt: next, Reason: string(st)}}, "w")
+			require.NoError(t, err)
+			return moved[id]
+		}
+	}
+	enqueue := func(b bundle, id int64) bool {
+		require.True(t, claimDue(b, id))
+		moved, err := b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence(b, id)}}, "d")
+		require.NoError(t, err)
+		return moved[id]
+	}
+	cases := []struct {
+		name  string
+		setup []step
+		final step
+		want  reminder.State
+	}{
+		{"leased→sending (message before the enqueued record)", []step{claimDue},
+			func(b bundle, id int64) bool { _, ok := claimAttempt(b, id); return ok }, reminder.Sending},
+		{"sending→failed", []step{enqueue}, outcome(reminder.Failed, "permanent"), reminder.Failed},
+		{"sending→expired (no time for another attempt)", []step{enqueue}, outcome(reminder.Expired, "retryable"), reminder.Expired},
+		{"retrying→leased (retry message overdue)", []step{enqueue, outcome(reminder.Retrying, "retryable")},
+			func(b bundle, id int64) bool {
+				b.clock.Advance(10 * time.Minute)
+				got, err := b.st.Reclaim(ctx, b.clock.Now(), time.Minute, 10, time.Minute, "r")
+				require.NoError(t, err)
+				return len(got) == 1
+			}, reminder.Leased},
+		{"leased→pending (publish not confirmed)", []step{claimDue},
+			func(b bundle, id int64) bool {
+				moved, err := b.st.Release(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence(b, id)}}, "d", "nack")
+				require.NoError(t, err)
+				return moved[id]
+			}, reminder.Pending},
+		{"retrying→expired (deadline while in a tier)", []step{enqueue, outcome(reminder.Retrying, "retryable")},
+			func(b bundle, id int64) bool {
+				b.clock.Advance(2 * time.Hour)
+				moved, err := b.st.ExpireFenced(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence(b, id)}}, "w", "late")
+				require.NoError(t, err)
+				return moved[id]
+			}, reminder.Expired},
+		{"retrying→canceled", []step{enqueue, outcome(reminder.Retrying, "retryable")},
+			func(b bundle, id int64) bool {
+				st, err := intake.Cancel(ctx, b.db.Pool, "acme", "k", "app", "unsubscribed")
+				require.NoError(t, err)
+				return st == reminder.Canceled
+			}, reminder.Canceled},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			id := b.schedule(t, "k", b.clock.Now().Add(-time.Minute), b.clock.Now().Add(time.Hour))
+			for _, s := range tc.setup {
+				require.True(t, s(b, id))
+			}
+			before := b.get(t, id)
+			require.True(t, tc.final(b, id))
+			after := b.get(t, id)
+			require.Equal(t, tc.want, after.State)
+			require.Equal(t, tc.want, b.lastEvent(t, id).To, "the transition left its event")
+			require.GreaterOrEqual(t, after.Fence, before.Fence)
+		})
+	}
+}
+
+func TestCancelRefusedWhileSending(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.schedule(t, "k", b.clock.Now().Add(-time.Minute), b.clock.Now().Add(time.Hour))
+	f := b.enqueue(t, id)
+	_, err := b.st.ClaimAttempts(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: f}}, time.Minute, "w")
+	require.NoError(t, err)
+	st, err := intake.Cancel(ctx, b.db.Pool, "acme", "k", "app", "too late")
+	require.NoError(t, err)
+	require.Equal(t, reminder.Sending, st, "a send in flight cannot be recalled; its outcome will be recorded")
+	require.Equal(t, reminder.Sending, b.get(t, id).State)
+}
