@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -108,6 +109,11 @@ func (c *Common) RegisterBroker(fs *pflag.FlagSet) {
 	fs.StringVar(&c.QueuePrefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
 }
 
+// durationUnitOnce sets zerolog's process-wide duration unit once: Logger
+// may be called from goroutines running side by side (parallel tests), and
+// an unsynchronised write of the global is a data race.
+var durationUnitOnce sync.Once
+
 // Logger builds the process logger, tagged with the component name.
 func (c *Common) Logger(component string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(c.LogLevel)
@@ -126,7 +132,7 @@ func (c *Common) Logger(component string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Nop(), fmt.Errorf("--log-format %q: want json, console or auto", c.LogFormat)
 	}
-	zerolog.DurationFieldUnit = time.Millisecond
+	durationUnitOnce.Do(func() { zerolog.DurationFieldUnit = time.Millisecond })
 	return zerolog.New(out).Level(lvl).With().Timestamp().Str("component", component).Logger(), nil
 }
 

@@ -273,6 +273,10 @@ func cancelCmd(connect connector) *cobra.Command {
 			}
 			switch st {
 			case reminder.Canceled:
+				if r.State == reminder.Canceled {
+					// nudge_cancel answers "canceled" for one canceled before, too.
+					return fmt.Errorf("reminder %d already ended as %s", r.ID, st)
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "reminder %d canceled\n", r.ID)
 				return nil
 			case reminder.Sending:

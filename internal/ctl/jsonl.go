@@ -58,6 +58,9 @@ func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
 	if err := dec.Decode(&l); err != nil {
 		var te *json.UnmarshalTypeError
 		switch {
+		case errors.As(err, &te) && te.Field == "":
+			// The line itself is an array, string, number or bool.
+			return intake.Request{}, &LineError{Line: n, Reason: "is not a JSON object: it is a JSON " + te.Value}
 		case errors.As(err, &te):
 			return intake.Request{}, &LineError{Line: n, Field: te.Field, Reason: "must be a JSON " + jsonKind(te.Type.Kind().String())}
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -67,14 +70,16 @@ func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
 			return intake.Request{}, &LineError{Line: n, Reason: "is not a JSON object: " + err.Error()}
 		}
 	}
-	if dec.More() {
+	// Not dec.More(): it reports false before a stray '}' or ']', which would
+	// then be ignored.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return intake.Request{}, &LineError{Line: n, Reason: "holds more than one JSON value"}
 	}
 	req := intake.Request{
 		Tenant: l.Tenant, Key: l.Key, Channel: reminder.Channel(l.Channel), Recipient: l.Recipient,
 		Template: l.Template,
 	}
-	if len(l.Data) > 0 {
+	if len(l.Data) > 0 && !bytes.Equal(l.Data, []byte("null")) { // null means absent, as for every field
 		if t := bytes.TrimSpace(l.Data); len(t) == 0 || t[0] != '{' {
 			return req, &LineError{Line: n, Field: "data", Reason: "must be a JSON object"}
 		}
