@@ -20,6 +20,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/faults"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -89,6 +90,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 		}
 	}
 	results, pubErr := e.Publisher.PublishBatch(ctx, msgs)
+	faults.Inject(faults.DispatcherAfterPublish)
 	var ok, failed []store.Fenced
 	var firstErr error
 	for i, c := range leased {

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/faults"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/store"
@@ -171,12 +172,14 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 	if len(sending) == 0 {
 		return
 	}
+	faults.Inject(faults.WorkerAfterClaim)
 
 	var wg sync.WaitGroup
 	for _, it := range sending {
 		wg.Go(func() { w.send(ctx, it) })
 	}
 	wg.Wait()
+	faults.Inject(faults.WorkerAfterSend)
 
 	outs := make([]store.Outcome, len(sending))
 	for i, it := range sending {
@@ -189,6 +192,7 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 	}); err != nil {
 		return // the send lease expires; the reconciler retries with the same idempotency key
 	}
+	faults.Inject(faults.WorkerAfterRecord)
 	var retries []*item
 	for _, it := range sending {
 		if !moved[it.row.ID] {

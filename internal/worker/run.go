@@ -18,6 +18,8 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.DurationVar(&c.BatchWait, "batch-wait", 10*time.Millisecond, "how long a partial batch waits for more deliveries")
 	fs.IntVar(&c.Prefetch, "prefetch", 0, "unacked deliveries the broker may send ahead (0: concurrency × batch × 2)")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 30*time.Second, "bound on one provider call")
+	fs.DurationVar(&c.SendLease, "send-lease", 0,
+		"how long a claimed attempt is protected before the reconciler may retry it (0: send-timeout + 30s)")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", 5, "send attempts per reminder before it fails")
 	fs.DurationVar(&c.BackoffBase, "backoff-base", time.Second, "first retry delay (doubles per attempt, with jitter, rounded up to a retry tier)")
 	fs.DurationVar(&c.BackoffMax, "backoff-max", time.Hour, "longest retry delay")
