@@ -529,7 +529,7 @@ func TestStats(t *testing.T) {
 	res = b.run("stats")
 	require.NoError(t, res.err)
 	table := parseTable(t, res.stdout)
-	require.Equal(t, []string{"CHANNEL", "pending", "leased", "enqueued", "sending", "retrying", "delivered", "failed", "expired", "canceled", "total"},
+	require.Equal(t, []string{"CHANNEL", "pending", "leased", "enqueued", "sending", "retrying", "quarantined", "delivered", "failed", "expired", "canceled", "total"},
 		strings.Fields(strings.SplitN(res.stdout, "\n", 2)[0]))
 	require.Len(t, table, len(reminder.Channels)+1)
 	require.Equal(t, int64(2), table["email"]["pending"])

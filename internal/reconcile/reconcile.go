@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // Config tunes the reconciler.
@@ -57,6 +58,9 @@ type Summary struct {
 	Expired     int
 	Released    int
 	Republished int
+	// Quarantined were republished store.MaxRepublishes times without any
+	// outcome: their message crashes whatever consumes it.
+	Quarantined int
 	Elapsed     time.Duration
 }
 
@@ -95,6 +99,11 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 		if err != nil {
 			return sum, err
 		}
+		for _, c := range claimed {
+			if c.State == reminder.Quarantined {
+				sum.Quarantined++
+			}
+		}
 		res, err := r.Enqueue(ctx, claimed)
 		sum.Republished += res.Enqueued
 		if err != nil {
@@ -129,5 +138,6 @@ func (r *Reconciler) LogSummary(sum Summary, err error) {
 		ev = r.Log.Error().Err(err)
 	}
 	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("republished", sum.Republished).
+		Int("quarantined", sum.Quarantined).
 		Dur("elapsed", sum.Elapsed).Msg("reconcile pass")
 }

@@ -51,15 +51,21 @@ WITH stuck AS (
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE reminders r
-       SET state = 'leased', fence = r.fence + 1, lease_until = @lease_until, updated_at = @now
+       SET state = CASE WHEN r.republishes >= @max_republishes THEN 'quarantined' ELSE 'leased' END,
+           fence = r.fence + 1, republishes = r.republishes + 1, updated_at = @now,
+           lease_until = CASE WHEN r.republishes >= @max_republishes THEN NULL ELSE @lease_until::timestamptz END,
+           reason = CASE WHEN r.republishes >= @max_republishes
+                         THEN 'republished ' || r.republishes || ' times without an outcome' ELSE r.reason END
       FROM stuck
      WHERE r.id = stuck.id
- RETURNING r.id, stuck.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts
+ RETURNING r.id, stuck.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
+           r.reason
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
     SELECT id, old_state, state, fence, @actor,
-           CASE old_state WHEN 'sending' THEN 'send lease expired; retrying with the same idempotency key'
-                          ELSE 'message overdue; republishing' END, @now
+           CASE WHEN state = 'quarantined' THEN reason
+                WHEN old_state = 'sending' THEN 'send lease expired; retrying with the same idempotency key'
+                ELSE 'message overdue; republishing' END, @now
       FROM claimed
 )
 SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts FROM claimed;
@@ -125,7 +131,7 @@ WITH late AS (
     SELECT id, state AS old_state
       FROM reminders
      WHERE deadline <= @now
-       AND (state IN ('pending', 'leased', 'enqueued', 'retrying')
+       AND (state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
          OR (state = 'sending' AND lease_until <= @now))
      ORDER BY deadline
      LIMIT @limit
@@ -145,6 +151,25 @@ WITH late AS (
     SELECT id, old_state, 'expired', fence, @actor, reason, @now FROM upd
 )
 SELECT count(*) FROM upd;
+
+-- name: Quarantine
+-- A message that keeps failing is parked: open rows still at the message's
+-- fence become quarantined until an operator replays or expires them.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
+), upd AS (
+    UPDATE reminders r
+       SET state = 'quarantined', fence = r.fence + 1, lease_until = NULL, updated_at = @now, reason = @reason
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('leased', 'enqueued', 'retrying')
+ RETURNING r.id, cur.old_state, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, 'quarantined', fence, @actor, @reason, @now FROM upd
+)
+SELECT id FROM upd;
 
 -- name: LoadForDelivery
 SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempotency_key,

@@ -117,12 +117,18 @@ func (s *Store) ClaimDue(ctx context.Context, now, cutoff time.Time, limit int, 
 	return out, nil
 }
 
+// MaxRepublishes bounds how often the reconciler republishes one reminder;
+// the next time it is quarantined instead.
+const MaxRepublishes = 3
+
 // Reclaim leases again, under a new fence, up to limit reminders whose
 // message is overdue (enqueued or retrying longer than overdue ago) or whose
-// send lease expired, so they can be published again.
+// send lease expired, so they can be published again. One republished
+// MaxRepublishes times already is quarantined instead (State Quarantined).
 func (s *Store) Reclaim(ctx context.Context, now time.Time, overdue time.Duration, limit int, lease time.Duration, actor string) ([]Claimed, error) {
 	rows, err := s.pool.Query(ctx, query("Reclaim"), pgx.NamedArgs{
 		"now": now, "overdue_before": now.Add(-overdue), "limit": limit, "lease_until": now.Add(lease), "actor": actor,
+		"max_republishes": MaxRepublishes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
@@ -196,6 +202,14 @@ func (s *Store) ReleaseExpiredLeases(ctx context.Context, now time.Time, limit i
 func (s *Store) ExpireOverdue(ctx context.Context, now time.Time, limit int, actor string) (int, error) {
 	return s.count(ctx, "expiring overdue reminders", "ExpireOverdue", pgx.NamedArgs{
 		"now": now, "limit": limit, "actor": actor,
+	})
+}
+
+// Quarantine parks reminders whose message keeps failing, for the fences given.
+func (s *Store) Quarantine(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
+	ids, fences := split(fs)
+	return s.ids(ctx, "quarantining reminders", "Quarantine", pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
 	})
 }
 

@@ -468,3 +468,34 @@ func TestCancelRefusedWhileSending(t *testing.T) {
 	require.Equal(t, reminder.Sending, st, "a send in flight cannot be recalled; its outcome will be recorded")
 	require.Equal(t, reminder.Sending, b.get(t, id).State)
 }
+
+func TestRepublishedTooOftenIsQuarantinedThenExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.schedule(t, "k", b.clock.Now().Add(-time.Minute), b.clock.Now().Add(time.Hour))
+	b.enqueue(t, id)
+	for i := range store.MaxRepublishes {
+		b.clock.Advance(2 * time.Minute)
+		got, err := b.st.Reclaim(ctx, b.clock.Now(), time.Minute, 10, time.Minute, "r")
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		require.Equal(t, reminder.Leased, got[0].State, "republish %d", i+1)
+		_, err = b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: got[0].Fence}}, "r")
+		require.NoError(t, err)
+	}
+	b.clock.Advance(2 * time.Minute)
+	got, err := b.st.Reclaim(ctx, b.clock.Now(), time.Minute, 10, time.Minute, "r")
+	require.NoError(t, err)
+	require.Equal(t, reminder.Quarantined, got[0].State)
+	r := b.get(t, id)
+	require.Equal(t, reminder.Quarantined, r.State)
+	require.Equal(t, "republished 3 times without an outcome", r.Reason)
+
+	// Quarantined is parked, not forgotten: the deadline still ends it.
+	b.clock.Advance(time.Hour)
+	n, err := b.st.ExpireOverdue(ctx, b.clock.Now(), 10, "r")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "deadline passed while quarantined", b.get(t, id).Reason)
+}

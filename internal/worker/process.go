@@ -41,10 +41,52 @@ const (
 	HeaderDeadline     = "x-nudge-deadline"
 )
 
-// process takes a batch from message to acknowledgement.
+// process takes a batch from message to acknowledgement. Fresh deliveries
+// go through together; redelivered ones (a consumer died or gave them back)
+// one at a time, so a message that crashes its consumer cannot take a whole
+// batch down with it again.
 func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
+	var fresh []amqp.Delivery
+	for _, d := range batch {
+		if deliveryCount(d) == 0 {
+			fresh = append(fresh, d)
+			continue
+		}
+		w.processIsolated(ctx, []amqp.Delivery{d})
+	}
+	if len(fresh) > 0 {
+		w.processIsolated(ctx, fresh)
+	}
+}
+
+// deliveryCount is how many times the broker delivered d before (0 on the first delivery).
+func deliveryCount(d amqp.Delivery) int64 {
+	switch v := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		return v
+	case int32:
+		return int64(v)
+	case int:
+		return int64(v)
+	}
+	return 0
+}
+
+func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
 	items := make([]*item, 0, len(batch))
 	var dead []*item
+	defer func() {
+		if p := recover(); p != nil {
+			// A bug met this batch. Give the messages back (a redelivery is
+			// processed alone, and one that keeps failing is quarantined).
+			w.log.Error().Interface("panic", p).Int("batch", len(batch)).Msg("processing panicked; returning the batch")
+			for _, it := range append(items, dead...) {
+				if !it.done && !it.rejected {
+					_ = it.d.Nack(false, true)
+				}
+			}
+		}
+	}()
 	for _, d := range batch {
 		it := &item{d: d}
 		env, err := w.keys.Open(d.Body, d.Headers)
@@ -56,6 +98,10 @@ func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
 			it.env = env
 			w.deadLetter(ctx, it, fmt.Sprintf("wrong channel %q on the %s queue", env.Channel, w.cfg.Channel))
 			dead = append(dead, it)
+		case deliveryCount(d) >= int64(w.cfg.PoisonAfter):
+			it.env = env
+			w.quarantine(ctx, it, fmt.Sprintf("delivered %d times without an outcome", deliveryCount(d)+1))
+			dead = append(dead, it)
 		default:
 			it.env = env
 			items = append(items, it)
@@ -64,10 +110,15 @@ func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
 	if len(items) > 0 {
 		w.deliver(ctx, items)
 	}
+	w.settle(ctx, append(items, dead...))
+}
+
+// settle acks what is done and gives back what is not.
+func (w *Worker) settle(ctx context.Context, items []*item) {
 	if ctx.Err() != nil {
 		return // past the grace period: nothing is acked; the broker redelivers
 	}
-	for _, it := range append(items, dead...) {
+	for _, it := range items {
 		var err error
 		switch {
 		case it.done:
@@ -82,6 +133,25 @@ func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
 			w.log.Warn().Err(err).Int64("reminder_id", it.env.ReminderID).Msg("settling delivery failed; the broker will redeliver")
 		}
 	}
+}
+
+// quarantine dead-letters a message that keeps failing, then parks its
+// reminder (if the message is still current) so that nothing republishes it
+// until an operator decides. Dead-letter first: a crash in between leaves a
+// second copy in the dead-letter queue, never none.
+func (w *Worker) quarantine(ctx context.Context, it *item, reason string) {
+	w.deadLetter(ctx, it, reason)
+	if !it.done {
+		return
+	}
+	f := []store.Fenced{{ID: it.env.ReminderID, Fence: it.env.Fence}}
+	if err := w.retryDB(ctx, "quarantining", func() error {
+		_, err := w.store.Quarantine(ctx, w.clock.Now(), f, w.cfg.Name, reason)
+		return err
+	}); err != nil {
+		it.done = false // redelivered: dead-lettered again, quarantined then
+	}
+	w.counts.quarantined.Add(1)
 }
 
 func (w *Worker) deliver(ctx context.Context, items []*item) {
@@ -210,6 +280,9 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 		case reminder.Expired:
 			w.counts.expired.Add(1)
 			it.done = true
+		case reminder.Quarantined:
+			w.counts.quarantined.Add(1)
+			w.deadLetter(ctx, it, it.out.Reason)
 		case reminder.Retrying:
 			retries = append(retries, it)
 		}
@@ -222,6 +295,14 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 // send calls the provider for one claimed attempt and decides the outcome.
 func (w *Worker) send(ctx context.Context, it *item) {
 	it.out = store.Outcome{ReminderID: it.row.ID, Fence: it.att.Fence, AttemptID: it.att.AttemptID}
+	defer func() {
+		if p := recover(); p != nil {
+			// A bug in the adapter or a template met this reminder: park it.
+			it.out.State, it.out.AttemptOutcome = reminder.Quarantined, "permanent"
+			it.out.Error = fmt.Sprintf("panic: %v", p)
+			it.out.Reason = "quarantined: the send panicked: " + fmt.Sprint(p)
+		}
+	}()
 	start := w.clock.Now()
 	if !start.Before(it.row.Deadline) {
 		it.out.State, it.out.AttemptOutcome = reminder.Expired, "retryable"
@@ -337,10 +418,7 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
-	count := int64(1)
-	if c, ok := d.Headers["x-delivery-count"].(int64); ok {
-		count = c + 1
-	}
+	count := deliveryCount(d) + 1
 	headers[HeaderReason] = reason
 	headers[HeaderReceiveCount] = count
 	if it.env.ReminderID != 0 {

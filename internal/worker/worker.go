@@ -62,6 +62,12 @@ type Config struct {
 	Rate float64
 	// Burst is the limiter's burst. Zero value: 1 (or Rate rounded up).
 	Burst int
+	// PoisonAfter: a message delivered this many times before (it was given
+	// back by consumers that died or failed on it) is quarantined instead of
+	// processed. Keep it below the queue's x-delivery-limit, past which the
+	// broker would dead-letter it without saying why. Zero value: the
+	// topology's delivery limit minus 2.
+	PoisonAfter int
 }
 
 func (c Config) withDefaults() Config {
@@ -106,24 +112,26 @@ func (c Config) withDefaults() Config {
 
 // Counts are the worker's running totals, for logs and tests.
 type Counts struct {
-	Delivered, Retried, Failed, Expired, Duplicates, Superseded, Deferred, DeadLettered, Stale int64
+	Delivered, Retried, Failed, Expired, Duplicates, Superseded, Deferred, DeadLettered, Stale, Quarantined int64
 }
 
 // Worker consumes one channel.
 type Worker struct {
-	cfg      Config
-	url      string
-	topo     broker.Topology
-	store    *store.Store
-	sender   provider.Sender
-	keys     *message.Keyring
-	clock    clock.Clock
-	log      zerolog.Logger
-	pub      *broker.Publisher
-	limiter  *rate.Limiter
-	rand     func() float64
-	ready    atomic.Bool
-	counts   struct{ delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale atomic.Int64 }
+	cfg     Config
+	url     string
+	topo    broker.Topology
+	store   *store.Store
+	sender  provider.Sender
+	keys    *message.Keyring
+	clock   clock.Clock
+	log     zerolog.Logger
+	pub     *broker.Publisher
+	limiter *rate.Limiter
+	rand    func() float64
+	ready   atomic.Bool
+	counts  struct {
+		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
+	}
 	inFlight sync.WaitGroup
 }
 
@@ -147,6 +155,9 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	}
 	cfg = cfg.withDefaults()
 	topo := d.Topology.WithDefaults()
+	if cfg.PoisonAfter <= 0 {
+		cfg.PoisonAfter = max(1, topo.DeliveryLimit-2)
+	}
 	w := &Worker{
 		cfg: cfg, url: d.AMQPURL, topo: topo, store: d.Store, sender: d.Sender, keys: d.Keys,
 		clock: d.Clock, log: d.Log, rand: d.Rand,
@@ -174,6 +185,7 @@ func (w *Worker) Counts() Counts {
 		Delivered: c.delivered.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Expired: c.expired.Load(), Duplicates: c.duplicates.Load(), Superseded: c.superseded.Load(),
 		Deferred: c.deferred.Load(), DeadLettered: c.dead.Load(), Stale: c.stale.Load(),
+		Quarantined: c.quarantined.Load(),
 	}
 }
 

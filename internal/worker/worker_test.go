@@ -17,6 +17,7 @@ import (
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -41,7 +42,8 @@ type bundle struct {
 	log    zerolog.Logger
 }
 
-func setup(t *testing.T, cfg worker.Config) *bundle {
+// setup starts the worker; wrap, if given, decorates its sender (to plant a bug).
+func setup(t *testing.T, cfg worker.Config, wrap ...func(provider.Sender) provider.Sender) *bundle {
 	t.Helper()
 	b := &bundle{db: testenv.Postgres(t), sms: fakesms.New(), clock: &clock.Shifted{}}
 	b.mq = testenv.RabbitMQ(t)
@@ -67,8 +69,12 @@ func setup(t *testing.T, cfg worker.Config) *bundle {
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase = 100 * time.Millisecond
 	}
+	var sender provider.Sender = client
+	for _, wr := range wrap {
+		sender = wr(sender)
+	}
 	b.worker, err = worker.New(cfg, worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st,
-		Sender: client, Keys: b.keys, Clock: b.clock, Log: b.log, Rand: func() float64 { return 0.5 }})
+		Sender: sender, Keys: b.keys, Clock: b.clock, Log: b.log, Rand: func() float64 { return 0.5 }})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel, b.done = cancel, make(chan error, 1)
@@ -352,4 +358,83 @@ func TestGracefulDrainFinishesInFlightSends(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, q.Messages)
 	require.Len(t, b.sms.Messages(), 20)
+}
+
+// panicky is a sender with a bug that one recipient triggers.
+type panicky struct {
+	provider.Sender
+	victim string
+}
+
+func (p panicky) Send(ctx context.Context, m provider.Message) (string, error) {
+	if m.Recipient == p.victim {
+		panic("index out of range [3] with length 3")
+	}
+	return p.Sender.Send(ctx, m)
+}
+
+func TestPoisonSendIsQuarantinedWhileHealthyWorkFlows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{}, func(s provider.Sender) provider.Sender { return panicky{s, "+14155550199"} })
+	ctx := context.Background()
+	now := b.clock.Now()
+	var healthy []int64
+	for i := range 20 {
+		healthy = append(healthy, b.schedule(t, "ok"+strconv.Itoa(i), time.Hour))
+	}
+	res, err := intake.Schedule(ctx, b.db.Pool, intake.Request{Tenant: "acme", Key: "poison", Channel: reminder.SMS,
+		Recipient: "+14155550199", Template: "course-expiry", DueAt: now.Add(-time.Second), Deadline: now.Add(time.Hour)})
+	require.NoError(t, err)
+	b.dispatch(t)
+
+	r := b.waitState(t, res.ID, reminder.Quarantined)
+	require.Contains(t, r.Reason, "the send panicked")
+	for _, id := range healthy {
+		b.waitState(t, id, reminder.Delivered)
+	}
+	dead := b.drainDead(t, 1)
+	h := dead[0].Headers
+	require.Equal(t, strconv.FormatInt(res.ID, 10), h[worker.HeaderReminderID])
+	require.Contains(t, h[worker.HeaderReason], "panicked")
+	require.EqualValues(t, 1, h[worker.HeaderReceiveCount])
+	require.Equal(t, r.Deadline.UTC().Format(time.RFC3339), h[worker.HeaderDeadline])
+	require.NotEmpty(t, h[worker.HeaderFirstSeen])
+	require.Len(t, b.sms.Messages(), 20)
+}
+
+func TestMessageRedeliveredTooOftenIsQuarantined(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{PoisonAfter: 3})
+	b.stop(t) // consumers that die on it: simulated by giving it back three times
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	conn, err := broker.Dial(b.mq.URL, "crashing-consumer")
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	for range 3 {
+		var d amqp.Delivery
+		require.Eventually(t, func() bool {
+			var ok bool
+			d, ok, err = ch.Get(b.mq.Topology.Queue("sms"), false)
+			require.NoError(t, err)
+			return ok
+		}, 5*time.Second, 10*time.Millisecond)
+		require.NoError(t, d.Nack(false, true))
+	}
+
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS, PoisonAfter: 3}, worker.Deps{AMQPURL: b.mq.URL,
+		Topology: b.mq.Topology, Store: b.st, Sender: nil, Keys: b.keys, Clock: b.clock, Log: b.log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w2.Run(ctx) }()
+
+	r := b.waitState(t, id, reminder.Quarantined)
+	require.Equal(t, "delivered 4 times without an outcome", r.Reason)
+	dead := b.drainDead(t, 1)
+	require.EqualValues(t, 4, dead[0].Headers[worker.HeaderReceiveCount])
+	require.Equal(t, strconv.FormatInt(id, 10), dead[0].Headers[worker.HeaderReminderID])
+	require.Empty(t, b.sms.Attempts(), "nothing was sent")
 }

@@ -15,22 +15,26 @@ type State string
 // The lifecycle: pending → leased (dispatcher claimed it) → enqueued (its
 // message is confirmed by the broker) → sending (a worker claimed an attempt)
 // → delivered, or → retrying (a retry message waits in a tier) → sending …
-// Any open state can end as expired (deadline reached) and every state but
-// sending can end as canceled.
+// A message that keeps failing (it crashes or panics its consumer) is
+// quarantined: its message waits in the dead-letter queue for an operator to
+// replay or expire it. Any open state can end as expired (deadline reached)
+// and every state but sending can end as canceled.
 const (
-	Pending   State = "pending"
-	Leased    State = "leased"
-	Enqueued  State = "enqueued"
-	Sending   State = "sending"
-	Retrying  State = "retrying"
-	Delivered State = "delivered"
-	Failed    State = "failed"
-	Expired   State = "expired"
-	Canceled  State = "canceled"
+	Pending  State = "pending"
+	Leased   State = "leased"
+	Enqueued State = "enqueued"
+	Sending  State = "sending"
+	Retrying State = "retrying"
+	// Quarantined is open but parked: only an operator's replay moves it on.
+	Quarantined State = "quarantined"
+	Delivered   State = "delivered"
+	Failed      State = "failed"
+	Expired     State = "expired"
+	Canceled    State = "canceled"
 )
 
 // States lists every state in lifecycle order.
-var States = []State{Pending, Leased, Enqueued, Sending, Retrying, Delivered, Failed, Expired, Canceled}
+var States = []State{Pending, Leased, Enqueued, Sending, Retrying, Quarantined, Delivered, Failed, Expired, Canceled}
 
 // Terminal reports whether s is final.
 func (s State) Terminal() bool {

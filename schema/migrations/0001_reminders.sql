@@ -18,13 +18,16 @@ CREATE TABLE reminders (
     -- Set by nudge_try_schedule from (tenant, key): see nudge_idempotency_key.
     idempotency_key  text        NOT NULL,
     state            text        NOT NULL DEFAULT 'pending' CHECK (state IN
-                         ('pending', 'leased', 'enqueued', 'sending', 'retrying',
+                         ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined',
                           'delivered', 'failed', 'expired', 'canceled')),
     -- Fencing token: bumped by every claim; a write guarded by an older value
     -- is refused, so a holder whose lease was taken over cannot change the row.
     fence            bigint      NOT NULL DEFAULT 0,
     lease_until      timestamptz,
     attempts         integer     NOT NULL DEFAULT 0,
+    -- How many times the reconciler republished it; past a bound it is
+    -- quarantined instead (a message that crashes every consumer).
+    republishes      integer     NOT NULL DEFAULT 0,
     next_attempt_at  timestamptz,
     enqueued_at      timestamptz,
     last_error       text,
@@ -45,7 +48,7 @@ CREATE INDEX reminders_leases ON reminders (lease_until) WHERE state IN ('leased
 CREATE INDEX reminders_enqueued ON reminders (enqueued_at) WHERE state = 'enqueued';
 CREATE INDEX reminders_retrying ON reminders (next_attempt_at) WHERE state = 'retrying';
 CREATE INDEX reminders_open_deadline ON reminders (deadline)
-    WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying');
+    WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined');
 
 CREATE TABLE delivery_attempts (
     id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
