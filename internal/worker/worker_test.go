@@ -66,6 +66,9 @@ func setup(t *testing.T, cfg worker.Config, wrap ...func(provider.Sender) provid
 	}, Log: b.log}
 
 	cfg.Channel = reminder.SMS
+	if cfg.Name == "" {
+		cfg.Name = "w-" + b.mq.Topology.Prefix // unique: tests close their own connections by name
+	}
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase = 100 * time.Millisecond
 	}
@@ -437,4 +440,54 @@ func TestMessageRedeliveredTooOftenIsQuarantined(t *testing.T) {
 	require.EqualValues(t, 4, dead[0].Headers[worker.HeaderReceiveCount])
 	require.Equal(t, strconv.FormatInt(id, 10), dead[0].Headers[worker.HeaderReminderID])
 	require.Empty(t, b.sms.Attempts(), "nothing was sent")
+}
+
+// Inventory: the broker closes every connection mid-run. The worker goes
+// not-ready, reconnects, re-declares, resumes, and nothing is lost or sent
+// twice (deliveries of the dead channel are never acked on the new one;
+// their redeliveries are absorbed by the fence).
+func TestWorkerSurvivesTheBrokerClosingItsConnections(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	require.NoError(t, b.sms.SetConfig(fakesms.Config{Delay: 20 * time.Millisecond}))
+	var ids []int64
+	for i := range 300 {
+		ids = append(ids, b.schedule(t, "k"+strconv.Itoa(i), time.Hour))
+	}
+	b.dispatch(t)
+
+	var mu sync.Mutex
+	sawNotReady := false
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go func() {
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if !b.worker.Ready() {
+				mu.Lock()
+				sawNotReady = true
+				mu.Unlock()
+			}
+		}
+	}()
+	for round := range 2 {
+		require.Eventually(t, func() bool { return len(b.sms.Messages()) > 50*(round+1) }, 30*time.Second, 5*time.Millisecond)
+		require.Eventually(t, b.worker.Ready, 10*time.Second, 5*time.Millisecond)
+		mu.Lock()
+		sawNotReady = false
+		mu.Unlock()
+		require.Positive(t, testenv.CloseConnections(t, "w-"+b.mq.Topology.Prefix))
+		require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return sawNotReady }, 5*time.Second, time.Millisecond,
+			"readiness must report the lost connection")
+	}
+	for _, id := range ids {
+		b.waitState(t, id, reminder.Delivered)
+	}
+	require.Eventually(t, b.worker.Ready, 10*time.Second, 5*time.Millisecond, "ready again after reconnecting")
+	require.Len(t, b.sms.Messages(), 300)
+	require.Len(t, b.sms.Attempts(), 300, "no reminder was sent twice")
 }
