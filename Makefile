@@ -1,10 +1,11 @@
 # Nudge: the two commands a new user runs are `make demo` and `make test`.
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nudgehq/nudge/internal/config.Version=$(VERSION)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test test-short demo services vet fmt clean
+.PHONY: all build test test-short demo services vet fmt clean chaos chaos-short
 
 all: build
 
@@ -20,6 +21,16 @@ services:
 test: services
 	go vet ./...
 	go test -race -count=1 -timeout 15m ./...
+	$(MAKE) chaos-short
+
+## chaos-short: the chaos run on 5,000 reminders (kills, broker connection closes, a PostgreSQL restart)
+chaos-short:
+	NUDGE_CHAOS=short go test -count=1 -timeout 10m -run TestChaos -v ./internal/chaos/ | grep -v '^\s*{'
+
+## chaos: the full chaos run on 20,000 reminders; its table lands in docs/chaos-latest.md
+chaos: services
+	NUDGE_CHAOS=full NUDGE_CHAOS_REPORT=$(CURDIR)/docs/chaos-latest.md \
+		go test -count=1 -timeout 20m -run TestChaos -v ./internal/chaos/ | grep -v '^\s*{'
 
 ## test-short: unit tests only, no services needed
 test-short:
