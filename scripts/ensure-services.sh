@@ -65,6 +65,22 @@ if ! rabbit_ready; then
   as_root rabbitmqctl await_startup >/dev/null 2>&1 || true
 fi
 
+# Queues left behind by interrupted test runs (test topologies are prefixed
+# t-, demo ones nudge-demo-). Each quorum queue holds file handles; a few
+# hundred leaked ones exhaust the broker's handle budget (about 900 under the
+# default ulimit) and it stops accepting connections. Only idle ones go.
+if command -v rabbitmqctl >/dev/null; then
+  leaked=$(as_root rabbitmqctl -q eval 'length([rabbit_amqqueue:delete(Q, false, false, <<"nudge-cleanup">>)
+    || Q <- rabbit_amqqueue:list(<<"/">>),
+       case amqqueue:get_name(Q) of
+         {resource, _, queue, <<"t-", _/binary>>} -> true;
+         {resource, _, queue, <<"nudge-demo-", _/binary>>} -> true;
+         _ -> false
+       end,
+       rabbit_amqqueue:consumers(Q) =:= []]).' 2>/dev/null || echo "?")
+  [ "$leaked" = 0 ] || log "removed $leaked leftover test queues from RabbitMQ"
+fi
+
 # Mailpit, the real SMTP server the tests deliver to.
 gobin=$(go env GOBIN); [ -n "$gobin" ] || gobin="$(go env GOPATH)/bin"
 if ! command -v mailpit >/dev/null && [ ! -x "$gobin/mailpit" ]; then

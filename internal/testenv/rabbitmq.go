@@ -41,15 +41,19 @@ func RabbitMQ(tb testing.TB) *Broker {
 		tb.Fatalf("declaring test topology: %v", err)
 	}
 	conn.Close()
+	b := &Broker{URL: url, Topology: topo}
 	tb.Cleanup(func() {
 		conn, err := broker.Dial(url, "nudge-test-cleanup")
 		if err != nil {
 			return
 		}
 		defer conn.Close()
-		if ch, err := conn.Channel(); err == nil {
-			_ = topo.Delete(ch)
+		// Both shapes: a test may have changed the tiers after this declared them.
+		for _, t := range []broker.Topology{topo, b.Topology.WithDefaults()} {
+			if ch, err := conn.Channel(); err == nil {
+				_ = t.Delete(ch)
+			}
 		}
 	})
-	return &Broker{URL: url, Topology: topo}
+	return b
 }
