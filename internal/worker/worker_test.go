@@ -491,3 +491,104 @@ func TestWorkerSurvivesTheBrokerClosingItsConnections(t *testing.T) {
 	require.Len(t, b.sms.Messages(), 300)
 	require.Len(t, b.sms.Attempts(), 300, "no reminder was sent twice")
 }
+
+// Inventory: the reminder changes while its message waits (a newer version:
+// new due and deadline times). The queued message is superseded; the
+// reminder is sent once, for the new version.
+func TestRescheduledWhileQueuedSendsTheNewVersionOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t) // message for the old version in the queue
+	ctx := context.Background()
+	now := b.clock.Now()
+	st, err := intake.Reschedule(ctx, b.db.Pool, "acme", "k", now.Add(-time.Second), now.Add(2*time.Hour), "app", "course end moved")
+	require.NoError(t, err)
+	require.Equal(t, reminder.Pending, st)
+	b.dispatch(t) // message for the new version
+
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS}, worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology,
+		Store: b.st, Sender: mustSMS(t, b), Keys: b.keys, Clock: b.clock, Log: b.log})
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = w2.Run(wctx) }()
+	r := b.waitState(t, id, reminder.Delivered)
+	require.WithinDuration(t, now.Add(2*time.Hour), r.Deadline, time.Millisecond)
+	require.Eventually(t, func() bool { return w2.Counts().Duplicates == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the old version's message was discarded")
+	require.Len(t, b.sms.Attempts(), 1)
+
+	_, err = intake.Reschedule(ctx, b.db.Pool, "acme", "k", now, now.Add(-time.Hour), "app", "bad")
+	var verr *intake.ValidationError
+	require.ErrorAs(t, err, &verr)
+	require.Equal(t, "deadline", verr.Field)
+}
+
+func mustSMS(t *testing.T, b *bundle) provider.Sender {
+	t.Helper()
+	hs := httptest.NewServer(b.sms)
+	t.Cleanup(hs.Close)
+	c, err := sms.New(sms.Config{URL: hs.URL})
+	require.NoError(t, err)
+	return c
+}
+
+// Inventory: the same message is delivered twice (a publisher retry, a
+// broker redelivery). One claim, one send.
+func TestDuplicateDeliveryOfOneMessageSendsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	// Copy the queued message, so the queue holds it twice.
+	conn, err := broker.Dial(b.mq.URL, "copier")
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	var d amqp.Delivery
+	require.Eventually(t, func() bool {
+		var ok bool
+		d, ok, err = ch.Get(b.mq.Topology.Queue("sms"), false)
+		require.NoError(t, err)
+		return ok
+	}, 5*time.Second, 10*time.Millisecond)
+	b.publishRaw(t, d.MessageId, d.Body, d.Headers)
+	require.NoError(t, d.Nack(false, true))
+
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS}, worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology,
+		Store: b.st, Sender: mustSMS(t, b), Keys: b.keys, Clock: b.clock, Log: b.log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w2.Run(ctx) }()
+	b.waitState(t, id, reminder.Delivered)
+	require.Eventually(t, func() bool { return w2.Counts().Duplicates == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Len(t, b.sms.Attempts(), 1)
+	var attempts int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE reminder_id = $1`, id).Scan(&attempts))
+	require.Equal(t, 1, attempts)
+}
+
+// Inventory: the clock passes the deadline while the message waits in the
+// work queue. The worker expires it; nothing is sent.
+func TestDeadlinePassesWhileQueued(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	id := b.schedule(t, "k", time.Minute)
+	b.dispatch(t)
+	b.clock.Advance(time.Minute) // exactly the deadline
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS}, worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology,
+		Store: b.st, Sender: mustSMS(t, b), Keys: b.keys, Clock: b.clock, Log: b.log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w2.Run(ctx) }()
+	r := b.waitState(t, id, reminder.Expired)
+	require.Equal(t, "deadline reached before the send started", r.Reason)
+	require.Empty(t, b.sms.Attempts())
+}

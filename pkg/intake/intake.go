@@ -16,9 +16,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
@@ -283,6 +285,28 @@ func Cancel(ctx context.Context, q Querier, tenant, key, actor, reason string) (
 	}
 	if st == nil {
 		return "", fmt.Errorf("canceling %s/%s: %w", tenant, key, ErrNotFound)
+	}
+	return reminder.State(*st), nil
+}
+
+// Reschedule moves the reminder (tenant, key) to new due and deadline times
+// unless it was already sent or is being sent. It returns to pending under a
+// new fence, so a message already queued for the old times is discarded. It
+// returns the state afterwards: Pending, a terminal state it had reached, or
+// Sending. Invalid times are a *ValidationError.
+func Reschedule(ctx context.Context, q Querier, tenant, key string, dueAt, deadline time.Time, actor, reason string) (reminder.State, error) {
+	var st *string
+	err := q.QueryRow(ctx, `SELECT nudge_reschedule($1, $2, $3, $4, $5, $6)`, tenant, key, dueAt, deadline, actor, reason).Scan(&st)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+		field, reason, _ := strings.Cut(strings.TrimPrefix(pgErr.Message, "nudge: field "), " ")
+		return "", &ValidationError{Field: strings.Trim(field, `"`), Reason: reason}
+	}
+	if err != nil {
+		return "", fmt.Errorf("rescheduling %s/%s: %w", tenant, key, err)
+	}
+	if st == nil {
+		return "", fmt.Errorf("rescheduling %s/%s: %w", tenant, key, ErrNotFound)
 	}
 	return reminder.State(*st), nil
 }

@@ -207,3 +207,35 @@ BEGIN
     VALUES (r.id, r.state, 'canceled', r.fence + 1, p_actor, p_reason, now());
     RETURN 'canceled';
 END $$;
+
+-- Moves a reminder that has not been sent to new due and deadline times (a
+-- newer version of the same intent: the course end moved, the renewal date
+-- changed). It goes back to pending under a new fence, so any message already
+-- queued for it is superseded. Returns the state afterwards, as nudge_cancel
+-- does, or NULL when no such reminder exists.
+CREATE FUNCTION nudge_reschedule(p_tenant text, p_key text, p_due_at timestamptz, p_deadline timestamptz,
+                                 p_actor text DEFAULT 'intake', p_reason text DEFAULT 'rescheduled by application')
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r       reminders%ROWTYPE;
+    invalid text[];
+BEGIN
+    SELECT * INTO r FROM reminders WHERE tenant = p_tenant AND key = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    invalid := nudge_invalid(r.tenant, r.key, r.channel, r.recipient, r.template, r.data, p_due_at, p_deadline);
+    IF invalid IS NOT NULL THEN
+        RAISE EXCEPTION 'nudge: field "%" %', invalid[1], invalid[2] USING ERRCODE = '22023', COLUMN = invalid[1];
+    END IF;
+    IF r.state IN ('delivered', 'failed', 'expired', 'canceled', 'sending') THEN
+        RETURN r.state;
+    END IF;
+    UPDATE reminders
+       SET state = 'pending', fence = fence + 1, lease_until = NULL, next_attempt_at = NULL,
+           due_at = p_due_at, deadline = p_deadline, reason = NULL, updated_at = now()
+     WHERE id = r.id;
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    VALUES (r.id, r.state, 'pending', r.fence + 1, p_actor, p_reason, now());
+    RETURN 'pending';
+END $$;
