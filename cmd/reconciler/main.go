@@ -61,7 +61,7 @@ func main() {
 				r.LogSummary(sum, err)
 				return err
 			}
-			if err := probe.Serve(ctx, listen, probe.NewRegistry(), nil, log); err != nil {
+			if err := probe.Serve(ctx, listen, probe.NewRegistry(), r.Ready(every), log); err != nil {
 				return err
 			}
 			return r.Loop(ctx, every)

@@ -323,3 +323,28 @@ func TestFaultSIGTERMWithDeliveriesInFlight(t *testing.T) {
 	require.Zero(t, sending, "nothing was left mid-send")
 	require.Equal(t, len(ids)-delivered, f.queueDepth(t, "sms"), "what was not started is back in the queue")
 }
+
+// Past the grace period a stopping worker exits without acking: the broker
+// redelivers, the sends in flight are recovered by the reconciler with the
+// same idempotency key, and each reminder reaches the phone once.
+func TestFaultSIGTERMPastTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	f := newProcFleet(t, false)
+	require.NoError(t, f.sms.SetConfig(fakesms.Config{Delay: 3 * time.Second}))
+	ids := f.schedule(t, reminder.SMS, 10)
+	f.runOK(t, "dispatcher")
+	w := f.start(t, "sms-worker", f.env(), "--grace", "300ms", "--send-lease", "4s")
+	require.Eventually(t, func() bool { return len(f.sms.Attempts()) > 0 }, 30*time.Second, 5*time.Millisecond)
+	start := time.Now()
+	stop(t, w)
+	require.Less(t, time.Since(start), 2500*time.Millisecond, "the worker left at the end of its grace period")
+	require.Contains(t, w.Output(), "grace period over")
+	require.Equal(t, 10, f.queueDepth(t, "sms"), "nothing was acked; the broker has every message back")
+
+	require.NoError(t, f.sms.SetConfig(fakesms.Config{}))
+	f.start(t, "reconciler", f.env(), "--every", "300ms")
+	w2 := f.start(t, "sms-worker", f.env())
+	f.waitAll(t, ids, reminder.Delivered)
+	stop(t, w2)
+	require.Len(t, f.sms.Messages(), 10, "one message per reminder reached the phone")
+}

@@ -11,6 +11,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -51,6 +52,18 @@ type Reconciler struct {
 	dispatch.Enqueuer
 	Config Config
 	Log    zerolog.Logger
+
+	lastOK atomic.Int64 // unix nanoseconds of the last pass that succeeded
+}
+
+// Ready reports whether a pass succeeded recently (within three intervals
+// of every): a reconciler that cannot reach the database or the broker is
+// not doing its job and says so.
+func (r *Reconciler) Ready(every time.Duration) func() bool {
+	return func() bool {
+		last := r.lastOK.Load()
+		return last != 0 && time.Since(time.Unix(0, last)) < 3*every+5*time.Second
+	}
 }
 
 // Summary counts what one pass repaired.
@@ -122,6 +135,9 @@ func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 	defer t.Stop()
 	for {
 		sum, err := r.Pass(ctx)
+		if err == nil {
+			r.lastOK.Store(time.Now().UnixNano())
+		}
 		r.LogSummary(sum, err)
 		select {
 		case <-ctx.Done():

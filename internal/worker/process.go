@@ -251,6 +251,12 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 	wg.Wait()
 	faults.Inject(faults.WorkerAfterSend)
 
+	if ctx.Err() != nil {
+		// The grace period ran out and our own cancel cut the sends short:
+		// their outcome is unknown. Record nothing; the send leases expire
+		// and the reconciler retries them with the same idempotency key.
+		return
+	}
 	outs := make([]store.Outcome, len(sending))
 	for i, it := range sending {
 		outs[i] = it.out
