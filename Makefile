@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nudgehq/nudge/internal/config.Version=$(VERSION)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test test-short demo services vet fmt clean chaos chaos-short
+.PHONY: all build test test-deploy test-short demo services vet fmt clean chaos chaos-short
 
 all: build
 
@@ -22,6 +22,12 @@ test: services
 	go vet ./...
 	go test -race -count=1 -timeout 15m ./...
 	$(MAKE) chaos-short
+	$(MAKE) test-deploy
+
+## test-deploy: manifests decoded strictly into the Kubernetes API types, kustomize
+## build, Prometheus rules; a module of its own (deploy/check), no cluster needed
+test-deploy:
+	cd deploy/check && go vet ./... && go test -count=1 ./...
 
 ## chaos-short: the chaos run on 5,000 reminders (kills, broker connection closes, a PostgreSQL restart)
 chaos-short:

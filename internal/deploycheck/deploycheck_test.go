@@ -700,6 +700,9 @@ func checkCompose(file string, cs clis) []error {
 			if stop <= grace {
 				fail(name, "stop_grace_period %s must exceed --grace %s, or a stop kills in-flight sends", stop, grace)
 			}
+			if err := sendWithinGrace(r, grace); err != nil {
+				fail(name, "%v", err)
+			}
 		}
 	}
 	return errs
@@ -718,6 +721,7 @@ var knownKinds = map[string]string{
 	"CronJob":             "batch/v1",
 	"Deployment":          "apps/v1",
 	"PodDisruptionBudget": "policy/v1",
+	"NetworkPolicy":       "networking.k8s.io/v1",
 }
 
 type obj = map[string]any
@@ -824,8 +828,31 @@ func ourImage(image string) bool {
 	return name == "nudge"
 }
 
+// workload is one container of a base workload that runs the Nudge image.
+type workload struct {
+	m         manifest
+	where     string
+	labels    obj // the pod template's labels
+	container obj
+	r         *resolved
+}
+
+// baseInfo is what components and overlays are checked against.
+type baseInfo struct {
+	objects   []manifest
+	secrets   map[string]map[string]string
+	workloads []workload
+}
+
 // checkKustomize checks a kustomize base directory against the binaries.
 func checkKustomize(dir string, cs clis) []error {
+	_, errs := inspectBase(dir, cs)
+	return errs
+}
+
+// inspectBase checks a kustomize base directory against the binaries and
+// returns what it found.
+func inspectBase(dir string, cs clis) (*baseInfo, []error) {
 	docs, errs := readManifests(dir)
 	fail := func(where, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{where}, a...)...))
@@ -917,6 +944,7 @@ func checkKustomize(dir string, cs clis) []error {
 		where string
 		r     *resolved
 	}
+	var workloads []workload
 	sharedReaders := map[string][]consumer{} // "ConfigMap/name" → who reads it
 	podLabels := map[string][]obj{}          // kind → pod template labels, for selectors
 	ours := 0                                // containers running the nudge image
@@ -983,6 +1011,7 @@ func checkKustomize(dir string, cs clis) []error {
 				sharedReaders[src] = append(sharedReaders[src], consumer{where, r})
 			}
 			checkWorkloadTiming(m, where, spec, c, r, fail)
+			workloads = append(workloads, workload{m: m, where: where, labels: asObj(at(tmpl, "metadata", "labels")), container: c, r: r})
 		}
 	}
 
@@ -1048,7 +1077,9 @@ func checkKustomize(dir string, cs clis) []error {
 			fail(m.where(), "spec.selector.matchLabels must match the pod template's labels")
 		}
 	}
-	return errs
+	errs = append(errs, checkNetworkPolicies(objects, workloads)...)
+	errs = append(errs, checkPoolSizes(workloads)...)
+	return &baseInfo{objects: objects, secrets: secrets, workloads: workloads}, errs
 }
 
 func asObj(v any) obj {
@@ -1151,6 +1182,9 @@ func checkWorkloadTiming(m manifest, where string, pod, c obj, r *resolved, fail
 		if time.Duration(tgp)*time.Second <= grace {
 			fail(where, "--grace %s (from %s) must be below terminationGracePeriodSeconds %d", grace, r.source["grace"], tgp)
 		}
+		if err := sendWithinGrace(r, grace); err != nil {
+			fail(where, "%v", err)
+		}
 	}
 	if !r.has("listen") {
 		return
@@ -1183,6 +1217,18 @@ func checkWorkloadTiming(m manifest, where string, pod, c obj, r *resolved, fail
 			fail(where, "%s port %s is not the --listen port %s", probe, pp, port(listen))
 		}
 	}
+}
+
+// sendWithinGrace: a provider call in flight at SIGTERM may take up to
+// --send-timeout; if that is not below --grace the drain gives up on it, the
+// message is redelivered and (email) the recipient may get it twice.
+func sendWithinGrace(r *resolved, grace time.Duration) error {
+	st, ok := r.duration("send-timeout")
+	if !ok || st < grace {
+		return nil
+	}
+	return fmt.Errorf("--send-timeout %s (from %s) must be below --grace %s (from %s), so that a send in flight when the drain starts can finish",
+		st, r.source["send-timeout"], grace, r.source["grace"])
 }
 
 // checkOverlay checks an overlay builds on the base and pins the image.
@@ -1710,6 +1756,7 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{name: "broker not awaited", old: "  rabbitmq:\n    condition: service_healthy", new: "  rabbitmq:\n    condition: service_started", want: "must wait for rabbitmq with condition service_healthy"},
 		{name: "migrate restarts", old: `restart: "no"`, new: `restart: on-failure`, want: `restart: "no"`},
 		{name: "short stop grace", old: "stop_grace_period: 30s", new: "stop_grace_period: 20s", want: "stop_grace_period 20s must exceed --grace 25s"},
+		{name: "send outlives the drain", old: `["email-worker", "--send-timeout", "20s"]`, new: `["email-worker"]`, want: "--send-timeout 30s (from default) must be below --grace 25s (from default)"},
 		{name: "missing required flag", old: "  NUDGE_SIGNING_KEYS: dev:change-me-0123456789abcdef\n", new: "\n", want: "--signing-keys is required"},
 	} {
 		t.Run(b.name, func(t *testing.T) {
@@ -1728,6 +1775,7 @@ func TestKustomizeCheckerCatches(t *testing.T) {
 		{name: "shared key with two meanings", file: "configmap.yaml", old: "  NUDGE_LOG_LEVEL: info", new: "  NUDGE_LOG_LEVEL: info\n  NUDGE_BATCH: \"100\"", want: "NUDGE_BATCH means different things"},
 		{name: "looping CronJob", file: "dispatcher-cronjob.yaml", old: `"--budget=4m"`, new: `"--budget=4m", "--every=5s"`, want: "a CronJob must exit"},
 		{name: "budget over deadline", file: "dispatcher-cronjob.yaml", old: `"--budget=4m"`, new: `"--budget=6m"`, want: "must be below activeDeadlineSeconds 300"},
+		{name: "send outlives the drain", file: "email-worker.yaml", old: `"--send-timeout=20s"`, new: `"--send-timeout=30s"`, want: "--send-timeout 30s (from --send-timeout) must be below --grace 25s"},
 		{name: "grace over termination period", file: "sms-worker.yaml", old: `"--grace=25s"`, new: `"--grace=45s"`, want: "must be below terminationGracePeriodSeconds 40"},
 		{name: "probe on the wrong port", file: "reconciler.yaml", old: `"--listen=:8080"`, new: `"--listen=:9090"`, want: "must be the --listen port (9090)"},
 		{name: "wrong probe path", file: "email-worker.yaml", old: "path: /readyz", new: "path: /healthz", want: "readinessProbe path"},
