@@ -17,7 +17,9 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
 	"github.com/nudgehq/nudge/schema"
@@ -28,7 +30,7 @@ func Command() *cobra.Command {
 	var common config.Common
 	root := &cobra.Command{
 		Use:   "nudgectl",
-		Short: "Operate Nudge: migrate the schema, schedule, cancel and inspect reminders",
+		Short: "Operate Nudge: migrate the schema, schedule, cancel, inspect and replay reminders, handle dead letters",
 	}
 	common.RegisterDB(root.PersistentFlags())
 	connect := func(cmd *cobra.Command) (context.Context, *pgxpool.Pool, func(), error) {
@@ -40,7 +42,8 @@ func Command() *cobra.Command {
 		}
 		return ctx, pool, func() { pool.Close(); stop() }, nil
 	}
-	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect))
+	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect),
+		replayCmd(connect), dlqCmd(connect))
 	return root
 }
 
@@ -365,42 +368,45 @@ func showCmd(connect connector) *cobra.Command {
 
 func statsCmd(connect connector) *cobra.Command {
 	var asJSON bool
+	var amqpURL, prefix string
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Count reminders by channel and state",
-		Args:  cobra.NoArgs,
+		Short: "Answer the runbook's questions: counts by channel, state and tenant, oldest waiting work, misses, dead letters, dispatcher lag",
+		Long: `stats prints the reminders by channel × state (the table), then how old the oldest waiting
+work is (pending and due: the dispatcher; enqueued: the workers; overdue retries; repairs the
+reconciler owes), the dispatcher's cutoff and its lag, deadline misses and quarantined reminders
+in the last hour and day, the dead-letter queue depths (with --amqp-url), and the counts by tenant.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, pool, done, err := connect(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			rows, err := pool.Query(ctx, `SELECT channel, state, count(*) FROM reminders GROUP BY 1, 2`)
+			st, err := ops.ReadStats(ctx, pool, time.Now())
 			if err != nil {
-				return fmt.Errorf("counting reminders: %w", err)
+				return err
 			}
-			counts := map[string]map[string]int64{}
-			for rows.Next() {
-				var ch, st string
-				var n int64
-				if err := rows.Scan(&ch, &st, &n); err != nil {
-					return fmt.Errorf("counting reminders: %w", err)
+			if amqpURL != "" {
+				depths, err := ops.DLQDepths(amqpURL, broker.Topology{Prefix: prefix})
+				if err != nil {
+					st.DeadLettersErr = err.Error()
+				} else {
+					st.DeadLetters = depths
 				}
-				if counts[ch] == nil {
-					counts[ch] = map[string]int64{}
-				}
-				counts[ch][st] = n
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("counting reminders: %w", err)
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(counts)
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
 			}
-			return PrintOutcomeTable(cmd.OutOrStdout(), counts)
+			return PrintStats(cmd.OutOrStdout(), st)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {channel: {state: count}}")
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&amqpURL, "amqp-url", "", "RabbitMQ URL, to report the dead-letter queue depths (empty: not asked)")
+	f.StringVar(&prefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
 	return cmd
 }
 

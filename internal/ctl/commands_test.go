@@ -489,9 +489,11 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// parseTable reads PrintOutcomeTable's output into row → column → count.
+// parseTable reads PrintOutcomeTable's output (up to the first blank line:
+// stats prints more after it) into row → column → count.
 func parseTable(t *testing.T, out string) map[string]map[string]int64 {
 	t.Helper()
+	out, _, _ = strings.Cut(out, "\n\n")
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	require.GreaterOrEqual(t, len(lines), 2, out)
 	header := strings.Fields(lines[0])
@@ -544,12 +546,14 @@ func TestStats(t *testing.T) {
 
 	js := b.run("stats", "--json")
 	require.NoError(t, js.err)
-	var counts map[string]map[string]int64
-	require.NoError(t, json.Unmarshal([]byte(js.stdout), &counts), js.stdout)
+	var st struct {
+		ByChannel map[string]map[string]int64 `json:"by_channel"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js.stdout), &st), js.stdout)
 	require.Equal(t, map[string]map[string]int64{
 		"email": {"pending": 2, "canceled": 1},
 		"sms":   {"pending": 2},
-	}, counts)
+	}, st.ByChannel)
 }
 
 func TestMigrate(t *testing.T) {

@@ -1,0 +1,170 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// Querier is satisfied by *pgxpool.Pool and *pgx.Conn.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// OpenStates are the states nudge_open_reminders reports (every one, with
+// zeros, so an alert never depends on a series appearing).
+var OpenStates = []reminder.State{
+	reminder.Pending, reminder.Leased, reminder.Enqueued, reminder.Sending, reminder.Retrying, reminder.Quarantined,
+}
+
+// dbGaugesSQL is the one statement a scrape runs. Each part reads a small
+// partial index: the pending-due index, the enqueued index, the open-deadline
+// index, the leases index, the expired index and the dispatch runs' own.
+const dbGaugesSQL = `
+SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
+       (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
+       (SELECT min(deadline) FROM reminders
+         WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'sending') AND lease_until <= @now),
+       (SELECT cutoff FROM dispatch_runs WHERE error IS NULL AND NOT out_of_budget
+         ORDER BY finished_at DESC LIMIT 1),
+       (SELECT coalesce(jsonb_object_agg(channel || '/' || state, n), '{}'::jsonb)
+          FROM (SELECT channel, state, count(*) AS n FROM reminders
+                 WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
+                 GROUP BY 1, 2) o),
+       (SELECT coalesce(jsonb_object_agg(channel, n), '{}'::jsonb)
+          FROM (SELECT channel, count(*) AS n FROM reminders
+                 WHERE state = 'expired' AND finished_at > @hour_ago AND finished_at <= @now
+                   AND coalesce(reason, '') NOT LIKE 'dlq expire: %'
+                 GROUP BY 1) m)`
+
+// DBCollector derives gauges from the database at scrape time, with one
+// statement under a timeout. The reconciler registers it: the values are the
+// table's truth, whichever process is alive.
+//
+//	nudge_oldest_due_age_seconds           the oldest pending, due reminder's wait (0: none)
+//	nudge_oldest_enqueued_age_seconds      the oldest enqueued reminder's wait for a worker
+//	nudge_open_reminders{channel,state}    open reminders
+//	nudge_deadline_misses_last_hour{channel} reminders expired in the last hour
+//	nudge_reconcile_lag_seconds            the oldest repair the reconciler owes: an open
+//	                                       reminder past its deadline, or a lease expired
+//	nudge_dispatch_cutoff_lag_seconds      now − the newest complete dispatcher run's cutoff
+//	                                       (absent until a run is recorded in dispatch_runs)
+//	nudge_dead_letter_messages{channel}    dead-letter queue depth (when DLQDepth is set)
+//	nudge_db_scrape_success, nudge_db_scrape_duration_seconds
+type DBCollector struct {
+	DB    Querier
+	Clock clock.Clock
+	// Timeout bounds a scrape's statement. Zero value: 5 seconds.
+	Timeout time.Duration
+	// DLQDepth, when set, reports each channel's dead-letter queue depth
+	// (ops.DLQDepths does, over a broker connection).
+	DLQDepth func(ctx context.Context) (map[string]int, error)
+
+	once  sync.Once
+	descs collectorDescs
+}
+
+type collectorDescs struct {
+	oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
+}
+
+// NewDBCollector returns a collector reading db.
+func NewDBCollector(db Querier, clk clock.Clock) *DBCollector {
+	return &DBCollector{DB: db, Clock: clk}
+}
+
+func (c *DBCollector) init() {
+	c.once.Do(func() {
+		d := func(name, help string, labels ...string) *prometheus.Desc {
+			return prometheus.NewDesc(name, help, labels, nil)
+		}
+		c.descs = collectorDescs{
+			oldestDue:      d("nudge_oldest_due_age_seconds", "How long the oldest pending, due reminder has waited for the dispatcher (0: none waiting)."),
+			oldestEnqueued: d("nudge_oldest_enqueued_age_seconds", "How long the oldest enqueued reminder has waited for a worker (0: none)."),
+			open:           d("nudge_open_reminders", "Reminders not yet terminal, by channel and state.", "channel", "state"),
+			misses:         d("nudge_deadline_misses_last_hour", "Reminders that expired in the last hour, by channel (from the table).", "channel"),
+			reconcileLag:   d("nudge_reconcile_lag_seconds", "Age of the oldest repair the reconciler owes: an open reminder past its deadline, or an expired lease (0: none)."),
+			cutoffLag:      d("nudge_dispatch_cutoff_lag_seconds", "Now minus the cutoff of the newest dispatcher run that finished everything due before it."),
+			dlq:            d("nudge_dead_letter_messages", "Messages in the dead-letter queue, by channel.", "channel"),
+			success:        d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
+			duration:       d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
+		}
+	})
+}
+
+// Describe implements prometheus.Collector.
+func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.init()
+	for _, d := range []*prometheus.Desc{c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
+		c.descs.reconcileLag, c.descs.cutoffLag, c.descs.dlq, c.descs.success, c.descs.duration} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: one statement, bounded by Timeout.
+func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
+	c.init()
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	now := c.Clock.Now()
+	var (
+		oldestDue, oldestEnq, unexpired, deadLease, cutoff *time.Time
+		openJSON, missJSON                                 []byte
+	)
+	err := c.DB.QueryRow(ctx, dbGaugesSQL, pgx.NamedArgs{"now": now, "hour_ago": now.Add(-time.Hour)}).Scan(
+		&oldestDue, &oldestEnq, &unexpired, &deadLease, &cutoff, &openJSON, &missJSON)
+	ok := err == nil
+	if ok {
+		age := func(t *time.Time) float64 {
+			if t == nil {
+				return 0
+			}
+			return max(now.Sub(*t), 0).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(c.descs.oldestDue, prometheus.GaugeValue, age(oldestDue))
+		ch <- prometheus.MustNewConstMetric(c.descs.oldestEnqueued, prometheus.GaugeValue, age(oldestEnq))
+		ch <- prometheus.MustNewConstMetric(c.descs.reconcileLag, prometheus.GaugeValue, max(age(unexpired), age(deadLease)))
+		if cutoff != nil {
+			ch <- prometheus.MustNewConstMetric(c.descs.cutoffLag, prometheus.GaugeValue, age(cutoff))
+		}
+		var open, miss map[string]float64
+		if json.Unmarshal(openJSON, &open) != nil || json.Unmarshal(missJSON, &miss) != nil {
+			ok = false
+		}
+		for _, chn := range reminder.Channels {
+			for _, st := range OpenStates {
+				ch <- prometheus.MustNewConstMetric(c.descs.open, prometheus.GaugeValue,
+					open[string(chn)+"/"+string(st)], string(chn), string(st))
+			}
+			ch <- prometheus.MustNewConstMetric(c.descs.misses, prometheus.GaugeValue, miss[string(chn)], string(chn))
+		}
+	}
+	if c.DLQDepth != nil {
+		if depths, err := c.DLQDepth(ctx); err == nil {
+			for _, chn := range reminder.Channels {
+				ch <- prometheus.MustNewConstMetric(c.descs.dlq, prometheus.GaugeValue, float64(depths[string(chn)]), string(chn))
+			}
+		} else {
+			ok = false
+		}
+	}
+	success := 0.0
+	if ok {
+		success = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.descs.success, prometheus.GaugeValue, success)
+	ch <- prometheus.MustNewConstMetric(c.descs.duration, prometheus.GaugeValue, time.Since(start).Seconds())
+}

@@ -1,0 +1,313 @@
+// Package metrics defines every Prometheus metric Nudge exports, in one
+// place, with the nudge_ prefix and units in the names. Each process builds
+// what it needs on its own registry (New takes a prometheus.Registerer;
+// nothing touches the global one):
+//
+//   - workers, dispatcher and reconciler record events with one call each
+//     (m.Outcome, m.Retry, m.Hop, …); every method is safe on a nil
+//     *Metrics, so a component without metrics calls them all the same;
+//   - the reconciler registers DBCollector, which derives the gauges that
+//     must not depend on any one process being alive (oldest due age, open
+//     reminders, deadline misses, reconciliation lag, dispatcher cutoff lag,
+//     dead-letter depth) from the database (and broker) at scrape time;
+//   - the dispatcher, which exits after each run, pushes its run summary to
+//     a Pushgateway (PushDispatchRun) when an address is configured.
+//
+// Label values that come from reasons are normalised (Reason) and bounded
+// per metric, so an unexpected error text cannot explode cardinality.
+package metrics
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Hops of a reminder's way, for nudge_hop_latency_seconds{hop}.
+const (
+	// HopDueToClaim: due_at → the dispatcher claimed it.
+	HopDueToClaim = "due_to_claim"
+	// HopClaimToEnqueue: claimed → the broker confirmed its message.
+	HopClaimToEnqueue = "claim_to_enqueue"
+	// HopEnqueueToStart: enqueued → a worker claimed the attempt.
+	HopEnqueueToStart = "enqueue_to_start"
+	// HopStartToTerminal: the attempt started → the reminder's terminal outcome was recorded.
+	HopStartToTerminal = "start_to_terminal"
+)
+
+// Duplicate kinds, for nudge_duplicates_suppressed_total{kind}.
+const (
+	// DupClaim: a claim found the row already claimed under the fence (a
+	// second delivery of the same message lost the race).
+	DupClaim = "claim"
+	// DupConsume: a delivery for a row already past it (terminal, or a newer
+	// fence from this message's own earlier delivery).
+	DupConsume = "consume"
+	// DupSuperseded: a message fenced out by a cancel, expiry, replay or republish.
+	DupSuperseded = "superseded"
+	// DupStale: an outcome refused because the send lease was taken over.
+	DupStale = "stale"
+)
+
+// Lease kinds, for nudge_lease_expirations_total{lease}.
+const (
+	LeaseDispatch = "dispatch"
+	LeaseSend     = "send"
+)
+
+// LatencyBuckets span 10 ms to 2 h: a hop is milliseconds when healthy and
+// can be an hour when a retry tier or an outage is involved.
+var LatencyBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
+
+// maxReasons bounds the distinct reason values per metric; more become "other".
+const maxReasons = 50
+
+// Metrics are the counters and histograms the processes update. Build with New.
+type Metrics struct {
+	hop          *prometheus.HistogramVec
+	outcomes     *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	leases       *prometheus.CounterVec
+	duplicates   *prometheus.CounterVec
+	misses       *prometheus.CounterVec
+	deferrals    *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
+	reconcile    *prometheus.HistogramVec
+	reconcileAt  prometheus.Gauge
+	retention    *prometheus.CounterVec
+
+	reasons reasonGuard
+}
+
+// New creates every metric and registers it with reg (nil: not registered,
+// for tests that only call the methods).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		hop: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nudge_hop_latency_seconds",
+			Help:    "Time a reminder spent on each hop: due_to_claim, claim_to_enqueue, enqueue_to_start, start_to_terminal.",
+			Buckets: LatencyBuckets,
+		}, []string{"hop", "channel"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_outcomes_total",
+			Help: "Terminal outcomes recorded by workers and the reconciler, by channel, outcome (delivered, failed, expired, canceled) and reason code.",
+		}, []string{"channel", "outcome", "reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_retries_total",
+			Help: "Retries scheduled after a retryable failure, by channel and reason code.",
+		}, []string{"channel", "reason"}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_lease_expirations_total",
+			Help: "Leases that expired with their holder gone and were taken over by the reconciler (lease: dispatch or send).",
+		}, []string{"lease"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_duplicates_suppressed_total",
+			Help: "Deliveries or writes the fence absorbed, by channel and kind (claim, consume, superseded, stale).",
+		}, []string{"channel", "kind"}),
+		misses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_deadline_misses_total",
+			Help: "Reminders that expired at their deadline without being delivered, by channel.",
+		}, []string{"channel"}),
+		deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_rate_limit_deferrals_total",
+			Help: "Sends deferred by a rate limit, by channel and limit (channel, account, tenant).",
+		}, []string{"channel", "limit"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_dead_lettered_total",
+			Help: "Messages this process published to a dead-letter queue, by channel and reason code.",
+		}, []string{"channel", "reason"}),
+		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nudge_reconcile_pass_duration_seconds",
+			Help:    "Duration of reconciler passes, by result (ok, error).",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"result"}),
+		reconcileAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nudge_reconcile_last_success_timestamp_seconds",
+			Help: "Unix time the last successful reconciler pass finished.",
+		}),
+		retention: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_retention_removed_total",
+			Help: "Rows the retention pass removed or emptied, by kind (payloads, attempts, reminders, events, audit, dispatch_runs).",
+		}, []string{"kind"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.hop, m.outcomes, m.retries, m.leases, m.duplicates, m.misses, m.deferrals,
+			m.deadLettered, m.reconcile, m.reconcileAt, m.retention)
+	}
+	return m
+}
+
+// Hop observes one hop's latency (a negative one, from clock skew, counts as 0).
+func (m *Metrics) Hop(hop, channel string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.hop.WithLabelValues(hop, channel).Observe(max(d, 0).Seconds())
+}
+
+// HopBetween observes the hop from → to; it does nothing when from is zero.
+func (m *Metrics) HopBetween(hop, channel string, from, to time.Time) {
+	if m == nil || from.IsZero() {
+		return
+	}
+	m.Hop(hop, channel, to.Sub(from))
+}
+
+// Outcome counts one terminal outcome (delivered, failed, expired, canceled)
+// with a reason code (see Reason). An expiry is also a deadline miss: call
+// DeadlineMiss as well only when the expiry is not recorded here.
+func (m *Metrics) Outcome(channel, outcome, reason string) {
+	if m == nil {
+		return
+	}
+	m.outcomes.WithLabelValues(channel, outcome, m.reasons.value("outcomes", reason)).Inc()
+	if outcome == "expired" {
+		m.misses.WithLabelValues(channel).Inc()
+	}
+}
+
+// Outcomes counts n terminal outcomes at once (a batch statement's result).
+func (m *Metrics) Outcomes(channel, outcome, reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.outcomes.WithLabelValues(channel, outcome, m.reasons.value("outcomes", reason)).Add(float64(n))
+	if outcome == "expired" {
+		m.misses.WithLabelValues(channel).Add(float64(n))
+	}
+}
+
+// DeadlineMiss counts n reminders expired without an Outcome call (the
+// reconciler's ExpireOverdue counts rows, not channels: pass "" when unknown).
+func (m *Metrics) DeadlineMiss(channel string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.misses.WithLabelValues(channel).Add(float64(n))
+}
+
+// Retry counts one retry scheduled after a retryable failure.
+func (m *Metrics) Retry(channel, reason string) {
+	if m == nil {
+		return
+	}
+	m.retries.WithLabelValues(channel, m.reasons.value("retries", reason)).Inc()
+}
+
+// LeaseExpired counts n expired leases taken over (lease: LeaseDispatch or LeaseSend).
+func (m *Metrics) LeaseExpired(lease string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.leases.WithLabelValues(lease).Add(float64(n))
+}
+
+// Duplicate counts one suppressed duplicate (kind: DupClaim, DupConsume, DupSuperseded, DupStale).
+func (m *Metrics) Duplicate(channel, kind string) {
+	if m == nil {
+		return
+	}
+	m.duplicates.WithLabelValues(channel, kind).Inc()
+}
+
+// RateLimitDeferral counts one send deferred by a limit ("channel", "account", "tenant").
+func (m *Metrics) RateLimitDeferral(channel, limit string) {
+	if m == nil {
+		return
+	}
+	m.deferrals.WithLabelValues(channel, limit).Inc()
+}
+
+// DeadLettered counts one message published to a dead-letter queue.
+func (m *Metrics) DeadLettered(channel, reason string) {
+	if m == nil {
+		return
+	}
+	m.deadLettered.WithLabelValues(channel, m.reasons.value("dead_lettered", reason)).Inc()
+}
+
+// ReconcilePass records one reconciler pass: its duration, and the time of
+// the last successful one.
+func (m *Metrics) ReconcilePass(elapsed time.Duration, err error, finished time.Time) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.reconcile.WithLabelValues("error").Observe(elapsed.Seconds())
+		return
+	}
+	m.reconcile.WithLabelValues("ok").Observe(elapsed.Seconds())
+	m.reconcileAt.Set(float64(finished.UnixNano()) / 1e9)
+}
+
+// Retention counts what a retention pass removed (kind: payloads, attempts,
+// reminders, events, audit, dispatch_runs).
+func (m *Metrics) Retention(kind string, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.retention.WithLabelValues(kind).Add(float64(n))
+}
+
+// Reason turns a free-text reason into a bounded label value. When the
+// text ends with a code after ": " (the worker's "retry 2 in 5s: http_503",
+// "permanent failure: invalid_address"), the code is kept; otherwise the
+// text is lowercased with every run of other characters as "_", at most 48
+// characters. Empty becomes "none".
+func Reason(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndex(s, ": "); i >= 0 && i+2 < len(s) && !strings.ContainsAny(s[i+2:], " ") {
+		s = s[i+2:]
+	}
+	var b strings.Builder
+	underscore := false
+	for _, r := range strings.ToLower(s) {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
+		switch {
+		case ok:
+			b.WriteRune(r)
+			underscore = false
+		case !underscore && b.Len() > 0:
+			b.WriteByte('_')
+			underscore = true
+		}
+		if b.Len() >= 48 {
+			break
+		}
+	}
+	out := strings.TrimRight(b.String(), "_")
+	if out == "" {
+		return "none"
+	}
+	return out
+}
+
+// reasonGuard normalises reasons and caps their distinct values per metric.
+type reasonGuard struct {
+	mu   sync.Mutex
+	seen map[string]map[string]bool
+}
+
+func (g *reasonGuard) value(metric, reason string) string {
+	v := Reason(reason)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.seen == nil {
+		g.seen = map[string]map[string]bool{}
+	}
+	s := g.seen[metric]
+	if s == nil {
+		s = map[string]bool{}
+		g.seen[metric] = s
+	}
+	if s[v] {
+		return v
+	}
+	if len(s) >= maxReasons {
+		return "other"
+	}
+	s[v] = true
+	return v
+}

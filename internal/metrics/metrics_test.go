@@ -1,0 +1,286 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/ops/opstest"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// values gathers g into "name{label="value",...}" → value (a histogram's
+// sample count under name_count); labels in name order, as Prometheus sorts them.
+func values(t *testing.T, g prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			key := mf.GetName()
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				out[key] = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				out[key] = m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				out[strings.Replace(key, mf.GetName(), mf.GetName()+"_count", 1)] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+// series counts the series of one metric name in vs.
+func series(vs map[string]float64, name string) int {
+	n := 0
+	for k := range vs {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			n++
+		}
+	}
+	return n
+}
+
+// Every metric is registered on the registry given, under its documented
+// name, and each helper is one call that moves exactly its series.
+func TestHelpersRecordOnTheirOwnRegistry(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+
+	m.Outcome("email", "delivered", "delivered")
+	m.Outcome("sms", "expired", "deadline reached before the send started")
+	m.Outcomes("email", "failed", "permanent failure: invalid_address", 3)
+	m.Retry("sms", "retry 2 in 5s: http_503")
+	m.LeaseExpired(metrics.LeaseSend, 2)
+	m.Duplicate("email", metrics.DupConsume)
+	m.RateLimitDeferral("sms", "tenant")
+	m.DeadLettered("email", "unverifiable: message is not signed")
+	m.Hop(metrics.HopDueToClaim, "email", 1500*time.Millisecond)
+	m.HopBetween(metrics.HopEnqueueToStart, "email", time.Time{}, time.Now()) // unknown start: ignored
+	m.ReconcilePass(time.Second, nil, time.Unix(1700000000, 0))
+	m.ReconcilePass(time.Second, errors.New("db down"), time.Unix(1700000100, 0))
+	m.DeadlineMiss("", 4)
+	m.Retention("reminders", 10)
+
+	vs := values(t, reg)
+	for k, want := range map[string]float64{
+		`nudge_outcomes_total{channel="email",outcome="delivered",reason="delivered"}`:                            1,
+		`nudge_outcomes_total{channel="sms",outcome="expired",reason="deadline_reached_before_the_send_started"}`: 1,
+		`nudge_outcomes_total{channel="email",outcome="failed",reason="invalid_address"}`:                         3,
+		`nudge_deadline_misses_total{channel="sms"}`:                                                              1, // an expiry is a miss
+		`nudge_deadline_misses_total{channel=""}`:                                                                 4,
+		`nudge_retries_total{channel="sms",reason="http_503"}`:                                                    1,
+		`nudge_lease_expirations_total{lease="send"}`:                                                             2,
+		`nudge_duplicates_suppressed_total{channel="email",kind="consume"}`:                                       1,
+		`nudge_rate_limit_deferrals_total{channel="sms",limit="tenant"}`:                                          1,
+		`nudge_dead_lettered_total{channel="email",reason="unverifiable_message_is_not_signed"}`:                  1,
+		`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim"}`:                                     1,
+		`nudge_reconcile_pass_duration_seconds_count{result="ok"}`:                                                1,
+		`nudge_reconcile_pass_duration_seconds_count{result="error"}`:                                             1,
+		`nudge_reconcile_last_success_timestamp_seconds`:                                                          1700000000, // the failed pass did not move it
+		`nudge_retention_removed_total{kind="reminders"}`:                                                         10,
+	} {
+		require.Contains(t, vs, k)
+		require.Equal(t, want, vs[k], k)
+	}
+	require.Equal(t, 1, series(vs, "nudge_hop_latency_seconds_count"), "a hop with an unknown start is not observed")
+}
+
+// A process without metrics calls the same helpers on a nil *Metrics.
+func TestNilMetricsAreANoop(t *testing.T) {
+	t.Parallel()
+	var m *metrics.Metrics
+	m.Outcome("email", "delivered", "x")
+	m.Outcomes("email", "delivered", "x", 2)
+	m.Retry("email", "x")
+	m.LeaseExpired(metrics.LeaseDispatch, 1)
+	m.Duplicate("email", metrics.DupClaim)
+	m.RateLimitDeferral("email", "channel")
+	m.DeadLettered("email", "x")
+	m.Hop(metrics.HopClaimToEnqueue, "email", time.Second)
+	m.HopBetween(metrics.HopClaimToEnqueue, "email", time.Now(), time.Now())
+	m.ReconcilePass(time.Second, nil, time.Now())
+	m.DeadlineMiss("email", 1)
+	m.Retention("events", 1)
+}
+
+func TestReasonIsBounded(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"retry 2 in 5s: http_503":                  "http_503",
+		"permanent failure: invalid_address":       "invalid_address",
+		"attempts exhausted (5): timeout":          "timeout",
+		"deadline passed while enqueued":           "deadline_passed_while_enqueued",
+		"":                                         "none",
+		"unverifiable: message signature is wrong": "unverifiable_message_signature_is_wrong",
+		strings.Repeat("x", 100):                   strings.Repeat("x", 48),
+	} {
+		require.Equal(t, want, metrics.Reason(in), "Reason(%q)", in)
+	}
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	for i := range 80 {
+		m.Retry("email", fmt.Sprintf("odd error number %d", i))
+	}
+	vs := values(t, reg)
+	require.Equal(t, 51, series(vs, "nudge_retries_total"), "50 reasons, then other")
+	require.Equal(t, 30.0, vs[`nudge_retries_total{channel="email",reason="other"}`])
+}
+
+// The collector's gauges agree with the table, read with one statement.
+func TestDBCollectorAgreesWithTheDatabase(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	clk := clock.NewFake(now)
+	c := metrics.NewDBCollector(db.Pool, clk)
+	c.DLQDepth = func(context.Context) (map[string]int, error) { return map[string]int{"email": 3}, nil }
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+
+	// Nothing yet: every gauge present and zero; no cutoff lag until a run is recorded.
+	vs := values(t, reg)
+	require.Equal(t, 0.0, vs["nudge_oldest_due_age_seconds"])
+	require.Contains(t, vs, "nudge_oldest_due_age_seconds")
+	require.Zero(t, series(vs, "nudge_dispatch_cutoff_lag_seconds"))
+	require.Equal(t, 12, series(vs, "nudge_open_reminders"), "every channel × open state, zeros included")
+
+	ins := func(r opstest.Row) int64 { return opstest.Insert(t, db.Pool, r) }
+	ins(opstest.Row{Key: "due-old", DueAt: now.Add(-90 * time.Second)})
+	ins(opstest.Row{Key: "due-new", DueAt: now.Add(-10 * time.Second)})
+	ins(opstest.Row{Key: "future", DueAt: now.Add(time.Hour)})
+	ins(opstest.Row{Key: "enq", State: reminder.Enqueued, Since: now.Add(-45 * time.Second), Channel: reminder.SMS})
+	ins(opstest.Row{Key: "q", State: reminder.Quarantined, Channel: reminder.SMS})
+	// Past its deadline but not yet expired by the reconciler: 2 minutes owed.
+	ins(opstest.Row{Key: "late", State: reminder.Retrying, DueAt: now.Add(-time.Hour), Deadline: now.Add(-2 * time.Minute),
+		Since: now.Add(time.Minute)})
+	ins(opstest.Row{Key: "missed", State: reminder.Expired, Since: now.Add(-10 * time.Minute), Reason: "deadline passed while pending"})
+	ins(opstest.Row{Key: "missed-old", State: reminder.Expired, Since: now.Add(-2 * time.Hour)})
+	ins(opstest.Row{Key: "operator", State: reminder.Expired, Since: now.Add(-time.Minute), Reason: "dlq expire: poison"})
+	ins(opstest.Row{Key: "done", State: reminder.Delivered, Since: now.Add(-time.Minute)})
+	require.NoError(t, ops.RecordDispatchRun(ctx, db.Pool, ops.DispatchRun{Actor: "d", Cutoff: now.Add(-30 * time.Second),
+		FinishedAt: now.Add(-29 * time.Second)}))
+	require.NoError(t, ops.RecordDispatchRun(ctx, db.Pool, ops.DispatchRun{Actor: "d", Cutoff: now.Add(-5 * time.Second),
+		FinishedAt: now.Add(-4 * time.Second), OutOfBudget: true})) // did not finish its cutoff: not counted
+
+	vs = values(t, reg)
+	for k, want := range map[string]float64{
+		"nudge_oldest_due_age_seconds":                            90,
+		"nudge_oldest_enqueued_age_seconds":                       45,
+		"nudge_reconcile_lag_seconds":                             120,
+		"nudge_dispatch_cutoff_lag_seconds":                       30,
+		`nudge_deadline_misses_last_hour{channel="email"}`:        1, // not the older one, not the operator's expiry
+		`nudge_deadline_misses_last_hour{channel="sms"}`:          0,
+		`nudge_dead_letter_messages{channel="email"}`:             3,
+		`nudge_dead_letter_messages{channel="sms"}`:               0,
+		"nudge_db_scrape_success":                                 1,
+		`nudge_open_reminders{channel="email",state="pending"}`:   3,
+		`nudge_open_reminders{channel="email",state="retrying"}`:  1,
+		`nudge_open_reminders{channel="sms",state="enqueued"}`:    1,
+		`nudge_open_reminders{channel="sms",state="quarantined"}`: 1,
+	} {
+		require.Contains(t, vs, k)
+		require.Equal(t, want, vs[k], k)
+	}
+	// Every open-count series agrees with the table.
+	for k, v := range vs {
+		if !strings.HasPrefix(k, "nudge_open_reminders{") {
+			continue
+		}
+		var ch, st string
+		_, err := fmt.Sscanf(strings.NewReplacer(`"`, " ", ",", " ", "}", " ").Replace(k), "nudge_open_reminders{channel= %s state= %s", &ch, &st)
+		require.NoError(t, err, k)
+		var n float64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders WHERE channel = $1 AND state = $2`, ch, st).Scan(&n))
+		require.Equal(t, n, v, k)
+	}
+}
+
+// A scrape that cannot reach the database says so instead of failing the
+// whole /metrics page.
+func TestDBCollectorReportsFailure(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	_, err := db.Pool.Exec(context.Background(), `DROP TABLE dispatch_runs`)
+	require.NoError(t, err)
+	c := metrics.NewDBCollector(db.Pool, clock.Real{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	vs := values(t, reg)
+	require.Equal(t, 0.0, vs["nudge_db_scrape_success"])
+	require.Contains(t, vs, "nudge_db_scrape_success")
+	require.Zero(t, series(vs, "nudge_oldest_due_age_seconds"))
+}
+
+// pushgateway is a stand-in that records what was pushed.
+type pushgateway struct {
+	mu     sync.Mutex
+	method string
+	path   string
+	body   string
+}
+
+func (p *pushgateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	p.mu.Lock()
+	p.method, p.path, p.body = r.Method, r.URL.Path, string(b)
+	p.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+func TestPushDispatchRun(t *testing.T) {
+	t.Parallel()
+	gw := &pushgateway{}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	cutoff := time.Unix(1700000000, 0)
+	run := metrics.DispatchRun{Cutoff: cutoff, Finished: cutoff.Add(2 * time.Second), Elapsed: 2 * time.Second,
+		Batches: 2, Claimed: 700, Enqueued: 690, Expired: 10}
+	extra := prometheus.NewRegistry()
+	m := metrics.New(extra)
+	m.Hop(metrics.HopDueToClaim, "email", time.Second)
+
+	require.NoError(t, metrics.PushDispatchRun(context.Background(), srv.URL, run, extra))
+	require.Equal(t, http.MethodPut, gw.method, "a successful run replaces the group")
+	require.Equal(t, "/metrics/job/"+metrics.PushJob, gw.path)
+	// The body is protobuf-delimited; the metric names are in it verbatim.
+	for _, name := range []string{"nudge_dispatch_last_run_timestamp_seconds", "nudge_dispatch_last_success_timestamp_seconds",
+		"nudge_dispatch_cutoff_timestamp_seconds", "nudge_dispatch_run_reminders", "nudge_dispatch_run_success",
+		"nudge_hop_latency_seconds"} {
+		require.Contains(t, gw.body, name)
+	}
+
+	run.Err = errors.New("broker down")
+	require.NoError(t, metrics.PushDispatchRun(context.Background(), srv.URL, run, nil))
+	require.Equal(t, http.MethodPost, gw.method, "a failed run is added, keeping the last success")
+	require.NotContains(t, gw.body, "nudge_dispatch_last_success_timestamp_seconds")
+	require.Contains(t, gw.body, "nudge_dispatch_run_success")
+
+	require.NoError(t, metrics.PushDispatchRun(context.Background(), "", run, nil), "no address: nothing to do")
+}

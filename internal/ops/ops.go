@@ -1,0 +1,98 @@
+// Package ops holds what an operator does to a running Nudge at 03:00,
+// behind nudgectl: read the dead-letter queues without disturbing them and
+// decide about their messages (replay a quarantined reminder, expire it, drop
+// a message that names none), replay a window of reminders back to work, and
+// answer the health questions with numbers (Stats).
+//
+// Every decision is a batched, fenced SQL statement (queries.sql) that moves
+// the rows and appends their events with the operator's name and reason in
+// the same statement, as internal/store does for the fleet. A replay never
+// publishes anything itself: it returns reminders to pending under a new
+// fence, the dispatcher publishes them on its next run, and every message
+// already in a queue for them is superseded. Messages leave a dead-letter
+// queue only after the decision about them is committed.
+package ops
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = parseQueries(queriesSQL)
+
+// parseQueries splits queries.sql at "-- name: X" lines and drops comment lines.
+func parseQueries(src string) map[string]string {
+	out := map[string]string{}
+	var name string
+	var b strings.Builder
+	flush := func() {
+		if name != "" {
+			out[name] = strings.TrimSpace(b.String())
+		}
+		b.Reset()
+	}
+	sc := bufio.NewScanner(strings.NewReader(src))
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		if n, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
+			flush()
+			name = strings.TrimSpace(n)
+			continue
+		}
+		if strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	flush()
+	return out
+}
+
+func query(name string) string {
+	q, ok := queries[name]
+	if !ok {
+		panic("ops: no query named " + name + " in queries.sql")
+	}
+	return q
+}
+
+// Querier is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Beginner is a Querier that can start a transaction (*pgxpool.Pool, *pgx.Conn).
+type Beginner interface {
+	Querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Errors for operator input, so the CLI can say what to fix.
+var (
+	// ErrNoReason: every decision must say why, for the audit trail.
+	ErrNoReason = errors.New("--reason is required: say why, for the audit trail")
+	// ErrNoActor: every decision names who took it.
+	ErrNoActor = errors.New("--actor is required (it defaults to $USER, which is not set)")
+)
+
+// Event reasons start with the tool that made the decision, so the trail
+// (and Stats, which does not count an operator's expiry as a deadline miss)
+// can tell operator decisions from the fleet's.
+const (
+	ReasonPrefixReplay    = "replay: "
+	ReasonPrefixDLQReplay = "dlq replay: "
+	ReasonPrefixDLQExpire = "dlq expire: "
+)

@@ -1,0 +1,169 @@
+-- Every statement nudgectl's operator commands run. As in internal/store,
+-- each decision is one statement that moves a batch of rows and appends their
+-- events, guarded by the state and the fence the operator's view was taken
+-- at: a row that moved on in between is left alone and reported. Time comes
+-- from the caller (@now).
+
+-- name: Replay
+-- Controlled replay of a window or of chosen IDs, one batch after the id
+-- cursor @after. Candidates are failed and quarantined reminders, and
+-- leased, enqueued or retrying ones stuck since @stuck_before (delivered,
+-- canceled, expired, sending and pending never are). A candidate goes back to
+-- pending under a new fence unless its deadline is at or before @min_deadline
+-- (now + the margin) or its payload was purged; with @apply false nothing is
+-- written and the verdicts say what would happen (the dry run). Each returned
+-- row carries its verdict: replay (done, or would be), refused_deadline,
+-- refused_purged, moved_on (changed between the read and the write).
+WITH cand AS (
+    SELECT r.id, r.state AS old_state, r.fence,
+           CASE WHEN r.purged_at IS NOT NULL THEN 'refused_purged'
+                WHEN r.deadline <= @min_deadline THEN 'refused_deadline'
+                ELSE 'replay' END AS verdict
+      FROM reminders r
+     WHERE r.id > @after
+       AND (coalesce(cardinality(@ids::bigint[]), 0) = 0 OR r.id = ANY(@ids::bigint[]))
+       AND (@due_from::timestamptz IS NULL OR r.due_at >= @due_from::timestamptz)
+       AND (@due_to::timestamptz IS NULL OR r.due_at < @due_to::timestamptz)
+       AND (@channel::text = '' OR r.channel = @channel::text)
+       AND (@tenant::text = '' OR r.tenant = @tenant::text)
+       AND r.state = ANY(@states::text[])
+       AND (r.state IN ('failed', 'quarantined')
+         OR (r.state = 'enqueued' AND r.enqueued_at <= @stuck_before)
+         OR (r.state = 'retrying' AND r.next_attempt_at <= @stuck_before)
+         OR (r.state = 'leased' AND r.lease_until <= @stuck_before))
+     ORDER BY r.id
+     LIMIT @limit
+), upd AS (
+    UPDATE reminders r
+       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
+           enqueued_at = NULL, finished_at = NULL, reason = NULL, updated_at = @now,
+           attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.attempts END,
+           republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
+      FROM cand
+     WHERE @apply::boolean AND cand.verdict = 'replay'
+       AND r.id = cand.id AND r.fence = cand.fence AND r.state = cand.old_state AND r.purged_at IS NULL
+ RETURNING r.id, cand.old_state, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, 'pending', fence, @actor, @reason, @now FROM upd
+)
+SELECT cand.id, cand.old_state,
+       CASE WHEN @apply::boolean AND cand.verdict = 'replay' AND upd.id IS NULL THEN 'moved_on'
+            ELSE cand.verdict END
+  FROM cand LEFT JOIN upd ON upd.id = cand.id
+ ORDER BY cand.id;
+
+-- name: ReminderStates
+-- The state of each named reminder, to explain the IDs a replay did not select.
+SELECT id, state FROM reminders WHERE id = ANY(@ids::bigint[]);
+
+-- name: DeadLetterRows
+-- The rows dead letters point at, read when the queue is read.
+SELECT id, tenant, channel, state, fence, deadline, attempts, purged_at IS NOT NULL, coalesce(reason, '')
+  FROM reminders
+ WHERE id = ANY(@ids::bigint[]);
+
+-- name: DLQReplay
+-- Quarantined reminders whose dead letters an operator replays go back to
+-- pending under a new fence (the dispatcher publishes them again), if they
+-- still have the fence the operator saw, their deadline leaves the margin and
+-- their payload is there.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), upd AS (
+    UPDATE reminders r
+       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
+           enqueued_at = NULL, reason = NULL, updated_at = @now,
+           attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.attempts END,
+           republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
+      FROM m
+     WHERE r.id = m.id AND r.fence = m.fence AND r.state = 'quarantined'
+       AND r.deadline > @min_deadline AND r.purged_at IS NULL
+ RETURNING r.id, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, 'quarantined', 'pending', fence, @actor, @reason, @now FROM upd
+)
+SELECT id FROM upd;
+
+-- name: DLQExpire
+-- Quarantined reminders whose dead letters an operator expires end as
+-- expired, if they still have the fence the operator saw.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), upd AS (
+    UPDATE reminders r
+       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
+           reason = @reason, finished_at = @now, updated_at = @now
+      FROM m
+     WHERE r.id = m.id AND r.fence = m.fence AND r.state = 'quarantined'
+ RETURNING r.id, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, 'quarantined', 'expired', fence, @actor, @reason, @now FROM upd
+)
+SELECT id FROM upd;
+
+-- name: Audit
+-- One row per dead-letter message an operator acknowledged.
+INSERT INTO operator_audit (at, actor, action, channel, reminder_id, message_id, reason, detail)
+SELECT @now, @actor, a.action, @channel, nullif(a.reminder_id, 0), nullif(a.message_id, ''), @reason, a.detail
+  FROM unnest(@actions::text[], @reminder_ids::bigint[], @message_ids::text[], @details::jsonb[])
+       AS a(action, reminder_id, message_id, detail);
+
+-- name: StatsCounts
+-- Counts by channel × state and by tenant × state, in one scan.
+SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), state, count(*)
+  FROM reminders
+ GROUP BY GROUPING SETS ((channel, state), (tenant, state));
+
+-- name: StatsAges
+-- The newest intent (the primary key's end), then the oldest waiting work,
+-- each from its own small partial index: pending and due, enqueued (waiting
+-- for a worker), retrying past its next attempt, open past its deadline and
+-- not yet expired, and leased past its lease.
+SELECT (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1),
+       (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
+       (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
+       (SELECT min(next_attempt_at) FROM reminders WHERE state = 'retrying' AND next_attempt_at <= @now),
+       (SELECT min(deadline) FROM reminders
+         WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'sending') AND lease_until <= @now);
+
+-- name: StatsWindows
+-- Deadline misses (reminders that expired, not counting an operator's expiry
+-- of a dead letter) and quarantines (each one put a message in a dead-letter
+-- queue) in the last hour and day, by channel.
+SELECT channel, 'expired', count(*) FILTER (WHERE finished_at >= @hour_ago), count(*)
+  FROM reminders
+ WHERE state = 'expired' AND finished_at >= @day_ago AND finished_at <= @now
+   AND coalesce(reason, '') NOT LIKE 'dlq expire: %'
+ GROUP BY channel
+UNION ALL
+SELECT r.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), count(*)
+  FROM reminder_events e JOIN reminders r ON r.id = e.reminder_id
+ WHERE e.to_state = 'quarantined' AND e.at >= @day_ago AND e.at <= @now
+ GROUP BY r.channel;
+
+-- name: StatsDispatch
+-- The dispatcher's heartbeat: the cutoff of the newest run that finished
+-- everything due before it (no error, budget not exhausted), and the newest
+-- run of any kind.
+SELECT max(cutoff) FILTER (WHERE error IS NULL AND NOT out_of_budget), max(finished_at), count(*)
+  FROM dispatch_runs
+ WHERE finished_at >= @since;
+
+-- name: StatsLastClaim
+-- Fallback when no dispatcher records its runs: the newest claim among the
+-- newest 100,000 events (a backward walk of the primary key, so it stays
+-- cheap however large the table is).
+SELECT at FROM reminder_events
+ WHERE id > (SELECT coalesce(max(id), 0) FROM reminder_events) - 100000
+   AND reason = 'claimed for dispatch'
+ ORDER BY id DESC
+ LIMIT 1;
+
+-- name: RecordDispatchRun
+INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error)
+VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released, @out_of_budget,
+        nullif(@error::text, ''));

@@ -1,0 +1,68 @@
+package ops_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/ops/opstest"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+func TestReadStats(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+
+	empty, err := ops.ReadStats(ctx, db.Pool, now)
+	require.NoError(t, err)
+	require.Nil(t, empty.OldestDue)
+	require.Zero(t, empty.OldestDueAge())
+	require.Empty(t, empty.Dispatch.Source, "nothing known about the dispatcher yet")
+
+	ins := func(r opstest.Row) int64 { return opstest.Insert(t, db.Pool, r) }
+	ins(opstest.Row{Key: "p1", DueAt: now.Add(-5 * time.Minute)})
+	ins(opstest.Row{Key: "p2", DueAt: now.Add(time.Hour), Tenant: "globex"})
+	ins(opstest.Row{Key: "e1", State: reminder.Enqueued, Since: now.Add(-2 * time.Minute), Channel: reminder.SMS})
+	ins(opstest.Row{Key: "r1", State: reminder.Retrying, Since: now.Add(-time.Minute)})
+	ins(opstest.Row{Key: "x1", State: reminder.Expired, Since: now.Add(-10 * time.Minute), Channel: reminder.SMS})
+	ins(opstest.Row{Key: "x2", State: reminder.Expired, Since: now.Add(-3 * time.Hour), Channel: reminder.SMS})
+	ins(opstest.Row{Key: "x3", State: reminder.Expired, Since: now.Add(-time.Minute), Reason: ops.ReasonPrefixDLQExpire + "poison"})
+	q := ins(opstest.Row{Key: "q1", State: reminder.Quarantined})
+	_, err = db.Pool.Exec(ctx, `INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+		VALUES ($1, 'enqueued', 'quarantined', 1, 'w', 'poison', $2), ($1, 'pending', 'quarantined', 3, 'w', 'poison', $3)`,
+		q, now.Add(-20*time.Minute), now.Add(-5*time.Hour))
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+		VALUES (1, 'pending', 'leased', 1, 'dispatcher', 'claimed for dispatch', $1)`, now.Add(-40*time.Second))
+	require.NoError(t, err)
+
+	st, err := ops.ReadStats(ctx, db.Pool, now)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 2, "retrying": 1, "expired": 1, "quarantined": 1}, st.ByChannel["email"])
+	require.Equal(t, map[string]int64{"enqueued": 1, "expired": 2}, st.ByChannel["sms"])
+	require.Equal(t, map[string]int64{"pending": 1}, st.ByTenant["globex"])
+	require.Equal(t, map[string]int64{"pending": 1, "enqueued": 1, "retrying": 1, "expired": 3, "quarantined": 1}, st.ByTenant["acme"])
+	require.Equal(t, 5*time.Minute, st.OldestDueAge())
+	require.NotNil(t, st.NewestCreated)
+	require.Equal(t, 2*time.Minute, st.Age(st.OldestEnqueued))
+	require.Equal(t, time.Minute, st.Age(st.OldestRetryDue))
+	require.Equal(t, ops.Window{Hour: 1, Day: 2}, st.DeadlineMisses["sms"])
+	require.Equal(t, ops.Window{}, st.DeadlineMisses["email"], "an operator's expiry is not a deadline miss")
+	require.Equal(t, ops.Window{Hour: 1, Day: 2}, st.Quarantined["email"])
+	require.Equal(t, "events", st.Dispatch.Source, "no run recorded: the newest claim")
+	require.Equal(t, 40*time.Second, st.CutoffLag())
+
+	require.NoError(t, ops.RecordDispatchRun(ctx, db.Pool, ops.DispatchRun{Actor: "d", Cutoff: now.Add(-70 * time.Second),
+		FinishedAt: now.Add(-69 * time.Second)}))
+	st, err = ops.ReadStats(ctx, db.Pool, now)
+	require.NoError(t, err)
+	require.Equal(t, "dispatch_runs", st.Dispatch.Source)
+	require.Equal(t, 70*time.Second, st.CutoffLag())
+	require.EqualValues(t, 1, st.Dispatch.RunsLastDay)
+}
