@@ -12,10 +12,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/ctl"
 	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -379,8 +384,9 @@ func TestOperatorRoleRunsNudgectl(t *testing.T) {
 
 	for _, sql := range []string{
 		`DELETE FROM reminders`,
-		`UPDATE reminders SET state = 'pending'`,
 		`UPDATE reminders SET recipient = 'evil@example.com'`,
+		`UPDATE reminders SET tenant = 'evil'`,
+		`UPDATE reminders SET data = '{"evil": true}'`,
 		`INSERT INTO reminders (tenant, key, channel, recipient, template, due_at, deadline, idempotency_key, state)
 		 VALUES ('evil', 'k', 'email', 'evil@example.com', 't', now(), now() + interval '1 hour', 'x', 'delivered')`,
 		`DELETE FROM reminder_events`,
@@ -592,4 +598,61 @@ func roleCreationBlock(t *testing.T) string {
 	}
 	t.Fatal("no migration 0002")
 	return ""
+}
+
+func TestRetentionRoleCleansUpAndNothingElse(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	ctx := context.Background()
+	pool, _ := b.login(t, "nudge_retention")
+	old := b.schedule(t, "acme", "old", b.now.Add(time.Hour))
+	live := b.schedule(t, "acme", "live", b.now.Add(time.Hour))
+	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'delivered', finished_at = now() - interval '400 days'
+		WHERE id = $1`, old)
+	require.NoError(t, err)
+
+	sum, err := retention.New(pool, retention.Config{}, clock.Real{}).Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), sum.RemindersDeleted)
+	require.Equal(t, 1, count(t, b.db.Pool, `SELECT 1 FROM reminders`))
+	require.Equal(t, reminder.Pending, b.state(t, live))
+
+	for _, sql := range []string{
+		`UPDATE reminders SET state = 'delivered'`,
+		`UPDATE reminders SET tenant = 'evil'`,
+		`INSERT INTO reminder_events (reminder_id, to_state, fence, actor, at) VALUES (1, 'delivered', 0, 'x', now())`,
+	} {
+		requireDenied(t, pool, sql)
+	}
+}
+
+// The heartbeat the dispatcher writes and the gauges the reconciler serves
+// work under their roles (version 4 grants).
+func TestDispatcherHeartbeatAndReconcilerGaugesUnderTheirRoles(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	ctx := context.Background()
+	b.schedule(t, "acme", "k", b.now.Add(time.Hour))
+	disp, _ := b.login(t, "nudge_dispatcher")
+	require.NoError(t, ops.RecordDispatchRun(ctx, disp, ops.DispatchRun{Actor: "d", Cutoff: b.now, FinishedAt: b.now}))
+
+	rec, _ := b.login(t, "nudge_reconciler")
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(&metrics.DBCollector{DB: rec, Clock: clock.Real{}}))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if m.GetGauge() != nil {
+				got[f.GetName()] += m.GetGauge().GetValue()
+			}
+		}
+	}
+	require.Contains(t, got, "nudge_oldest_due_age_seconds")
+	for name, v := range got {
+		if strings.Contains(name, "success") {
+			require.Equal(t, 1.0, v, "the gauge query ran under the reconciler's grants")
+		}
+	}
 }
