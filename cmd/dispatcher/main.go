@@ -6,20 +6,23 @@ package main
 import (
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/store"
 )
 
 func main() {
 	var (
-		common config.Common
-		cfg    dispatch.Config
-		every  time.Duration
+		common      config.Common
+		cfg         dispatch.Config
+		every       time.Duration
+		pushgateway string
 	)
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
@@ -49,19 +52,22 @@ when --budget is near, prints a one-line summary and exits; with --every it repe
 			actor := config.Actor("dispatcher")
 			pub := broker.NewPublisher(common.AMQPURL, common.Topology(), actor)
 			defer pub.Close()
+			reg := prometheus.NewRegistry()
 			d := &dispatch.Dispatcher{
 				Enqueuer: dispatch.Enqueuer{
 					Store: store.New(pool), Publisher: pub, Keys: keys, Topology: common.Topology(),
-					Clock: clock.Real{}, Actor: actor,
+					Clock: clock.Real{}, Actor: actor, Metrics: metrics.New(reg),
 				},
-				Config: cfg,
-				Log:    log,
+				Config:   cfg,
+				Log:      log,
+				AfterRun: dispatch.Report(pool, actor, pushgateway, reg, log),
 			}
 			if every > 0 {
 				return d.Loop(ctx, every)
 			}
 			sum, err := d.RunOnce(ctx)
 			d.LogSummary(sum, err)
+			d.AfterRun(ctx, sum, err)
 			return err
 		},
 	}
@@ -72,5 +78,6 @@ when --budget is near, prints a one-line summary and exits; with --every it repe
 	f.DurationVar(&cfg.Lease, "lease", 2*time.Minute, "how long a claim holds its rows before the reconciler may return them")
 	f.DurationVar(&cfg.Budget, "budget", 4*time.Minute, "time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
 	f.DurationVar(&every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
+	f.StringVar(&pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
 	config.Execute(cmd)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/email"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/worker"
@@ -62,14 +63,15 @@ func main() {
 			}
 			defer pool.Close()
 			cfg.Name = config.Actor("email-worker")
-			w, err := worker.New(cfg, worker.Deps{
+			reg := probe.NewRegistry()
+			w, err := worker.New(cfg, worker.Deps{Metrics: metrics.New(reg),
 				AMQPURL: common.AMQPURL, Topology: common.Topology(), Store: store.New(pool),
 				Sender: sender, Keys: keys, Clock: clock.Real{}, Log: log,
 			})
 			if err != nil {
 				return err
 			}
-			return w.Serve(ctx, listen, probe.NewRegistry())
+			return w.Serve(ctx, listen, reg)
 		},
 	}
 	f := cmd.Flags()

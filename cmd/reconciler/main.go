@@ -12,8 +12,11 @@ import (
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/reconcile"
+	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/internal/store"
 )
 
@@ -24,6 +27,8 @@ func main() {
 		every  time.Duration
 		once   bool
 		listen string
+		rcfg   retention.Config
+		clean  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "reconciler",
@@ -32,6 +37,9 @@ func main() {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := common.Logger("reconciler")
 			if err != nil {
+				return err
+			}
+			if err := rcfg.Validate(); err != nil {
 				return err
 			}
 			keys, err := common.Keys()
@@ -48,20 +56,27 @@ func main() {
 			actor := config.Actor("reconciler")
 			pub := broker.NewPublisher(common.AMQPURL, common.Topology(), actor)
 			defer pub.Close()
+			reg := probe.NewRegistry()
+			m := metrics.New(reg)
+			depths := &ops.DLQDepthReader{URL: common.AMQPURL, Topology: common.Topology()}
+			defer depths.Close()
+			reg.MustRegister(&metrics.DBCollector{DB: pool, Clock: clock.Real{}, DLQDepth: depths.Depths})
 			r := &reconcile.Reconciler{
 				Enqueuer: dispatch.Enqueuer{
 					Store: store.New(pool), Publisher: pub, Keys: keys, Topology: common.Topology(),
-					Clock: clock.Real{}, Actor: actor,
+					Clock: clock.Real{}, Actor: actor, Metrics: m,
 				},
-				Config: cfg,
-				Log:    log,
+				Config:     cfg,
+				Log:        log,
+				Cleaner:    retention.New(pool, rcfg, clock.Real{}),
+				CleanEvery: clean,
 			}
 			if once {
 				sum, err := r.Pass(ctx)
 				r.LogSummary(sum, err)
 				return err
 			}
-			if err := probe.Serve(ctx, listen, probe.NewRegistry(), r.Ready(every), log); err != nil {
+			if err := probe.Serve(ctx, listen, reg, r.Ready(every), log); err != nil {
 				return err
 			}
 			return r.Loop(ctx, every)
@@ -77,5 +92,7 @@ func main() {
 	f.DurationVar(&every, "every", 10*time.Second, "time between passes")
 	f.BoolVar(&once, "once", false, "run one pass and exit")
 	f.StringVar(&listen, "listen", ":8080", "address for /healthz, /readyz and /metrics (empty: none)")
+	f.DurationVar(&clean, "retention-every", 10*time.Minute, "time between retention passes")
+	retention.RegisterFlags(f, &rcfg)
 	config.Execute(cmd)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
@@ -55,14 +56,15 @@ func main() {
 			}
 			defer pool.Close()
 			cfg.Name = config.Actor("sms-worker")
-			w, err := worker.New(cfg, worker.Deps{
+			reg := probe.NewRegistry()
+			w, err := worker.New(cfg, worker.Deps{Metrics: metrics.New(reg),
 				AMQPURL: common.AMQPURL, Topology: common.Topology(), Store: store.New(pool),
 				Sender: sender, Keys: keys, Clock: clock.Real{}, Log: log,
 			})
 			if err != nil {
 				return err
 			}
-			return w.Serve(ctx, listen, probe.NewRegistry())
+			return w.Serve(ctx, listen, reg)
 		},
 	}
 	f := cmd.Flags()

@@ -22,6 +22,7 @@ import (
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/faults"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
@@ -42,6 +43,8 @@ type Enqueuer struct {
 	Clock     clock.Clock
 	// Actor names the process in the event trail.
 	Actor string
+	// Metrics receives hop latencies. Nil: none.
+	Metrics *metrics.Metrics
 }
 
 // EnqueueResult counts what Enqueue did.
@@ -112,9 +115,15 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if len(ok) > 0 {
-		moved, err := e.Store.MarkEnqueued(recCtx, e.Clock.Now(), ok, e.Actor)
+		at := e.Clock.Now()
+		moved, err := e.Store.MarkEnqueued(recCtx, at, ok, e.Actor)
 		if err != nil {
 			return res, err
+		}
+		for _, c := range leased {
+			if moved[c.ID] {
+				e.Metrics.HopBetween(metrics.HopClaimToEnqueue, string(c.Channel), c.ClaimedAt, at)
+			}
 		}
 		res.Enqueued = len(moved)
 		res.Lost = len(ok) - len(moved)
@@ -164,6 +173,9 @@ type Dispatcher struct {
 	Enqueuer
 	Config Config
 	Log    zerolog.Logger
+	// AfterRun, when set, is called with every run's summary (to record the
+	// run's heartbeat and push its metrics).
+	AfterRun func(ctx context.Context, sum Summary, err error)
 }
 
 // Summary describes one run.
@@ -210,7 +222,10 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		for _, c := range claimed {
 			if c.State == reminder.Expired {
 				sum.Expired++
+				d.Metrics.Outcome(string(c.Channel), string(reminder.Expired), "deadline_before_dispatch")
+				continue
 			}
+			d.Metrics.HopBetween(metrics.HopDueToClaim, string(c.Channel), c.DueAt, c.ClaimedAt)
 		}
 		res, err := d.Enqueue(ctx, claimed)
 		sum.Enqueued += res.Enqueued
@@ -237,6 +252,9 @@ func (d *Dispatcher) Loop(ctx context.Context, every time.Duration) error {
 	for {
 		sum, err := d.RunOnce(ctx)
 		d.LogSummary(sum, err)
+		if d.AfterRun != nil {
+			d.AfterRun(ctx, sum, err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/nudgehq/nudge/internal/email"
 	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
@@ -40,6 +42,7 @@ type fleet struct {
 	log     zerolog.Logger
 	store   *store.Store
 	workers []*worker.Worker
+	regs    []*prometheus.Registry
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -92,6 +95,9 @@ func (f *fleet) startWorker(t *testing.T, ctx context.Context, ch reminder.Chann
 		require.NoError(t, serr)
 		deps.Sender = c
 	}
+	reg := prometheus.NewRegistry()
+	deps.Metrics = metrics.New(reg)
+	f.regs = append(f.regs, reg)
 	w, err := worker.New(cfg, deps)
 	require.NoError(t, err)
 	f.workers = append(f.workers, w)
@@ -323,5 +329,28 @@ func TestPipelineEndToEnd(t *testing.T) {
 		c.Duplicates += wc.Duplicates
 	}
 	require.EqualValues(t, 1700, c.Delivered)
+
+	// What the workers' /metrics say agrees with the table.
+	var delivered, superseded float64
+	for _, reg := range f.regs {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		for _, fam := range fams {
+			for _, m := range fam.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				switch {
+				case fam.GetName() == "nudge_outcomes_total" && labels["outcome"] == "delivered":
+					delivered += m.GetCounter().GetValue()
+				case fam.GetName() == "nudge_duplicates_suppressed_total" && labels["kind"] == "superseded":
+					superseded += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	require.EqualValues(t, 1700, delivered, "nudge_outcomes_total{outcome=delivered} matches the table")
+	require.EqualValues(t, 100, superseded, "the canceled reminders' messages were counted as superseded")
 	require.GreaterOrEqual(t, c.Superseded+c.Duplicates, int64(100), "the canceled reminders' messages were discarded")
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -47,11 +49,21 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Cleaner is the retention pass the reconciler runs now and then
+// (*retention.Cleaner).
+type Cleaner interface {
+	Pass(ctx context.Context) (retention.Summary, error)
+}
+
 // Reconciler runs repair passes.
 type Reconciler struct {
 	dispatch.Enqueuer
 	Config Config
 	Log    zerolog.Logger
+	// Cleaner, when set, runs every CleanEvery (zero value: 10 minutes)
+	// between repair passes.
+	Cleaner    Cleaner
+	CleanEvery time.Duration
 
 	lastOK atomic.Int64 // unix nanoseconds of the last pass that succeeded
 }
@@ -133,18 +145,46 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var lastClean time.Time
+	cleanEvery := r.CleanEvery
+	if cleanEvery <= 0 {
+		cleanEvery = 10 * time.Minute
+	}
 	for {
 		sum, err := r.Pass(ctx)
 		if err == nil {
 			r.lastOK.Store(time.Now().UnixNano())
 		}
 		r.LogSummary(sum, err)
+		r.Metrics.ReconcilePass(sum.Elapsed, err, time.Now())
+		r.Metrics.LeaseExpired(metrics.LeaseDispatch, sum.Released)
+		r.Metrics.Outcomes("", string(reminder.Expired), "deadline", sum.Expired)
+		if r.Cleaner != nil && time.Since(lastClean) >= cleanEvery && ctx.Err() == nil {
+			lastClean = time.Now()
+			cs, err := r.Cleaner.Pass(ctx)
+			r.logClean(cs, err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+func (r *Reconciler) logClean(cs retention.Summary, err error) {
+	for kind, n := range map[string]int64{"payloads": cs.Purged, "attempts": cs.AttemptsDeleted,
+		"reminders": cs.RemindersDeleted, "events": cs.EventsDeleted, "audit": cs.AuditDeleted,
+		"dispatch_runs": cs.RunsDeleted} {
+		r.Metrics.Retention(kind, n)
+	}
+	ev := r.Log.Info()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		ev = r.Log.Error().Err(err)
+	}
+	ev.Int64("payloads_purged", cs.Purged).Int64("attempts_deleted", cs.AttemptsDeleted).
+		Int64("reminders_deleted", cs.RemindersDeleted).Int64("events_deleted", cs.EventsDeleted).
+		Bool("more", cs.More).Dur("elapsed", cs.Elapsed).Msg("retention pass")
 }
 
 // LogSummary writes the one-line summary of a pass.

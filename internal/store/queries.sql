@@ -25,14 +25,15 @@ WITH due AS (
            updated_at  = @now
       FROM due
      WHERE r.id = due.id
- RETURNING r.id, due.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts
+ RETURNING r.id, due.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
+           r.due_at
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
     SELECT id, old_state, state, fence, @actor,
            CASE state WHEN 'expired' THEN 'deadline passed before dispatch' ELSE 'claimed for dispatch' END, @now
       FROM claimed
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts FROM claimed;
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at FROM claimed;
 
 -- name: Reclaim
 -- The reconciler's republish: rows whose message is presumed lost (enqueued or
@@ -59,7 +60,7 @@ WITH stuck AS (
       FROM stuck
      WHERE r.id = stuck.id
  RETURNING r.id, stuck.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
-           r.reason
+           r.reason, r.due_at
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
     SELECT id, old_state, state, fence, @actor,
@@ -68,7 +69,7 @@ WITH stuck AS (
                 ELSE 'message overdue; republishing' END, @now
       FROM claimed
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts FROM claimed;
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at FROM claimed;
 
 -- name: MarkEnqueued
 -- leased → enqueued, only for the fence the publisher held.

@@ -90,12 +90,16 @@ type Claimed struct {
 	IdempotencyKey string
 	Deadline       time.Time
 	Attempts       int
+	DueAt          time.Time
+	// ClaimedAt is the claim's time (its @now).
+	ClaimedAt time.Time
 }
 
-func collectClaimed(rows pgx.Rows) ([]Claimed, error) {
+func collectClaimed(rows pgx.Rows, now time.Time) ([]Claimed, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		var c Claimed
-		err := r.Scan(&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline, &c.Attempts)
+		c := Claimed{ClaimedAt: now}
+		err := r.Scan(&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline, &c.Attempts,
+			&c.DueAt)
 		return c, err
 	})
 }
@@ -110,7 +114,7 @@ func (s *Store) ClaimDue(ctx context.Context, now, cutoff time.Time, limit int, 
 	if err != nil {
 		return nil, fmt.Errorf("claiming due reminders: %w", err)
 	}
-	out, err := collectClaimed(rows)
+	out, err := collectClaimed(rows, now)
 	if err != nil {
 		return nil, fmt.Errorf("claiming due reminders: %w", err)
 	}
@@ -133,7 +137,7 @@ func (s *Store) Reclaim(ctx context.Context, now time.Time, overdue time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
 	}
-	out, err := collectClaimed(rows)
+	out, err := collectClaimed(rows, now)
 	if err != nil {
 		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
 	}

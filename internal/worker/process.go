@@ -12,6 +12,7 @@ import (
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/faults"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -30,6 +31,10 @@ type item struct {
 	done bool
 	// rejected: already rejected to the queue's dead-letter exchange.
 	rejected bool
+	// code is the outcome's short reason ("delivered", "http_503", "deadline").
+	code string
+	// claimedAt is when the attempt was claimed (the worker-start hop).
+	claimedAt time.Time
 }
 
 // Headers on dead letters, beside the broker's own x-death.
@@ -182,8 +187,10 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 			// earlier delivery (a duplicate consume, suppressed).
 			if row.State == reminder.Canceled || row.State == reminder.Expired {
 				w.counts.superseded.Add(1)
+				w.m.Duplicate(string(w.cfg.Channel), metrics.DupSuperseded)
 			} else {
 				w.counts.duplicates.Add(1)
+				w.m.Duplicate(string(w.cfg.Channel), metrics.DupConsume)
 			}
 			it.done = true
 		case !now.Before(row.Deadline):
@@ -201,6 +208,7 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 		if err := w.retryDB(ctx, "expiring reminders", func() error {
 			moved, err := w.store.ExpireFenced(ctx, now, expire, w.cfg.Name, "deadline reached before the send started")
 			w.counts.expired.Add(int64(len(moved)))
+			w.m.Outcomes(string(w.cfg.Channel), string(reminder.Expired), "deadline", len(moved))
 			return err
 		}); err == nil {
 			for _, it := range toExpire {
@@ -233,10 +241,14 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 			// Another delivery of the same message won the claim, or the row
 			// moved on (canceled, expired) between read and claim.
 			w.counts.duplicates.Add(1)
+			w.m.Duplicate(string(w.cfg.Channel), metrics.DupClaim)
 			it.done = true
 			continue
 		}
-		it.att = att
+		it.att, it.claimedAt = att, now
+		if it.env.Attempt == 0 {
+			w.m.HopBetween(metrics.HopEnqueueToStart, string(w.cfg.Channel), it.env.FirstSeen, now)
+		}
 		sending = append(sending, it)
 	}
 	if len(sending) == 0 {
@@ -270,11 +282,21 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 	}
 	faults.Inject(faults.WorkerAfterRecord)
 	var retries []*item
+	ch := string(w.cfg.Channel)
+	recorded := w.clock.Now()
 	for _, it := range sending {
 		if !moved[it.row.ID] {
 			w.counts.stale.Add(1) // the lease was taken over; its new holder decides
+			w.m.Duplicate(ch, metrics.DupStale)
 			it.done = true
 			continue
+		}
+		switch it.out.State {
+		case reminder.Delivered, reminder.Failed, reminder.Expired:
+			w.m.Outcome(ch, string(it.out.State), it.code)
+			w.m.HopBetween(metrics.HopStartToTerminal, ch, it.claimedAt, recorded)
+		case reminder.Retrying:
+			w.m.Retry(ch, it.code)
 		}
 		switch it.out.State {
 		case reminder.Delivered:
@@ -304,7 +326,7 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	defer func() {
 		if p := recover(); p != nil {
 			// A bug in the adapter or a template met this reminder: park it.
-			it.out.State, it.out.AttemptOutcome = reminder.Quarantined, "permanent"
+			it.out.State, it.out.AttemptOutcome, it.code = reminder.Quarantined, "permanent", "panic"
 			it.out.Error = fmt.Sprintf("panic: %v", p)
 			it.out.Reason = "quarantined: the send panicked: " + fmt.Sprint(p)
 		}
@@ -313,6 +335,7 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	if !start.Before(it.row.Deadline) {
 		it.out.State, it.out.AttemptOutcome = reminder.Expired, "retryable"
 		it.out.Error, it.out.Reason = "not sent", "deadline reached before the send started"
+		it.code = "deadline"
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
@@ -323,10 +346,11 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	})
 	if err == nil {
 		it.out.State, it.out.AttemptOutcome, it.out.ProviderID = reminder.Delivered, "delivered", id
-		it.out.Reason = "delivered"
+		it.out.Reason, it.code = "delivered", "delivered"
 		return
 	}
 	pe := provider.Classify(err)
+	it.code = pe.Code
 	it.out.Error = pe.Error()
 	if pe.Kind == provider.Permanent {
 		it.out.State, it.out.AttemptOutcome = reminder.Failed, "permanent"
@@ -449,12 +473,14 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
 	results, err := w.pub.PublishBatch(ctx, []broker.Outgoing{out})
 	if err == nil && results[0] == nil {
 		w.counts.dead.Add(1)
+		w.m.DeadLettered(string(w.cfg.Channel), metrics.Reason(reason))
 		it.done = true
 		return
 	}
 	if err := d.Reject(false); err == nil {
 		it.rejected = true
 		w.counts.dead.Add(1)
+		w.m.DeadLettered(string(w.cfg.Channel), metrics.Reason(reason))
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -126,13 +127,13 @@ type Worker struct {
 	clock   clock.Clock
 	log     zerolog.Logger
 	pub     *broker.Publisher
+	m       *metrics.Metrics
 	limiter *rate.Limiter
 	rand    func() float64
 	ready   atomic.Bool
 	counts  struct {
 		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
 	}
-	inFlight sync.WaitGroup
 }
 
 // Deps are the worker's collaborators.
@@ -146,6 +147,8 @@ type Deps struct {
 	Log      zerolog.Logger
 	// Rand returns a float in [0,1) for backoff jitter. Zero value: math/rand/v2.
 	Rand func() float64
+	// Metrics receives the worker's counters and hop latencies. Nil: none.
+	Metrics *metrics.Metrics
 }
 
 // New returns a worker; Run starts it.
@@ -160,7 +163,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, url: d.AMQPURL, topo: topo, store: d.Store, sender: d.Sender, keys: d.Keys,
-		clock: d.Clock, log: d.Log, rand: d.Rand,
+		clock: d.Clock, log: d.Log, rand: d.Rand, m: d.Metrics,
 		pub: broker.NewPublisher(d.AMQPURL, topo, cfg.Name+"-publisher"),
 	}
 	if w.clock == nil {

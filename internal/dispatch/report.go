@@ -1,0 +1,34 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/ops"
+)
+
+// Report returns an AfterRun hook that records each run in dispatch_runs
+// (the heartbeat behind "is the dispatcher advancing its cutoff") and, with
+// a Pushgateway address, pushes its summary and hop latencies there: a
+// CronJob's process is gone before any scrape could reach it.
+func Report(db ops.Querier, actor, pushgateway string, reg prometheus.Gatherer, log zerolog.Logger) func(context.Context, Summary, error) {
+	return func(ctx context.Context, sum Summary, runErr error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		finished := time.Now()
+		if err := ops.RecordDispatchRun(ctx, db, ops.DispatchRun{Actor: actor, Cutoff: sum.Cutoff, FinishedAt: finished,
+			Claimed: sum.Claimed, Enqueued: sum.Enqueued, Expired: sum.Expired, Released: sum.Released,
+			OutOfBudget: sum.OutOfBudget, Err: runErr}); err != nil {
+			log.Warn().Err(err).Msg("recording the dispatch run")
+		}
+		if err := metrics.PushDispatchRun(ctx, pushgateway, metrics.DispatchRun{Cutoff: sum.Cutoff, Finished: finished,
+			Elapsed: sum.Elapsed, Batches: sum.Batches, Claimed: sum.Claimed, Enqueued: sum.Enqueued, Expired: sum.Expired,
+			Released: sum.Released, Lost: sum.Lost, OutOfBudget: sum.OutOfBudget, Err: runErr}, reg); err != nil {
+			log.Warn().Err(err).Msg("pushing the run's metrics")
+		}
+	}
+}
