@@ -34,12 +34,31 @@ func EnvName(flag string) string {
 	return "NUDGE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// noEnv marks a flag that must be given on the command line.
+const noEnv = "nudge_no_env"
+
+// CommandLineOnly marks flags of fs that never fall back to the environment:
+// an operator tool's selections and decisions (which reminders, --all,
+// --dry-run) must be typed, never picked up from a stray variable.
+func CommandLineOnly(fs *pflag.FlagSet, names ...string) {
+	for _, n := range names {
+		if f := fs.Lookup(n); f != nil {
+			_ = fs.SetAnnotation(n, noEnv, []string{"true"})
+		}
+	}
+}
+
+func envBound(f *pflag.Flag) bool {
+	_, off := f.Annotations[noEnv]
+	return !off && f.Name != "help" && f.Name != "version"
+}
+
 // BindEnv makes every flag of cmd (and its subcommands) fall back to its
-// environment variable, and names that variable in the flag's help. Call it
-// once, after all flags are defined.
+// environment variable, and names that variable in the flag's help, except
+// flags marked CommandLineOnly. Call it once, after all flags are defined.
 func BindEnv(cmd *cobra.Command) {
 	annotate := func(f *pflag.Flag) {
-		if f.Name == "help" || f.Name == "version" || strings.Contains(f.Usage, "$NUDGE_") {
+		if !envBound(f) || strings.Contains(f.Usage, "$NUDGE_") {
 			return
 		}
 		f.Usage += " [$" + EnvName(f.Name) + "]"
@@ -57,7 +76,7 @@ func BindEnv(cmd *cobra.Command) {
 	cmd.PersistentPreRunE = func(c *cobra.Command, args []string) error {
 		var err error
 		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if err != nil || f.Changed || f.Name == "help" {
+			if err != nil || f.Changed || !envBound(f) {
 				return
 			}
 			if v, ok := os.LookupEnv(EnvName(f.Name)); ok {

@@ -244,6 +244,10 @@ func TestBindEnvHelpNamesVariable(t *testing.T) {
 	for name, tree := range trees {
 		n := 0
 		allFlags(tree, func(c *cobra.Command, f *pflag.Flag) {
+			if _, cmdLineOnly := f.Annotations["nudge_no_env"]; cmdLineOnly {
+				require.NotContains(t, f.Usage, "$NUDGE_", "%s --%s is command-line only", name, f.Name)
+				return
+			}
 			n++
 			want := "[$" + config.EnvName(f.Name) + "]"
 			require.True(t, strings.HasSuffix(f.Usage, " "+want), "%s %s --%s: usage %q", name, c.Name(), f.Name, f.Usage)
@@ -260,8 +264,11 @@ func TestBindEnvHelpNamesVariable(t *testing.T) {
 	cmd.SetErr(&out)
 	cmd.SetArgs([]string{"schedule", "--help"})
 	require.NoError(t, cmd.Execute())
-	for _, want := range []string{"[$NUDGE_DATABASE_URL]", "[$NUDGE_DUE_AT]", "[$NUDGE_FILE]", "[$NUDGE_LOG_LEVEL]"} {
+	for _, want := range []string{"[$NUDGE_DATABASE_URL]", "[$NUDGE_LOG_LEVEL]"} {
 		require.Contains(t, out.String(), want)
+	}
+	for _, unwanted := range []string{"NUDGE_DUE_AT", "NUDGE_FILE", "NUDGE_TENANT"} {
+		require.NotContains(t, out.String(), unwanted, "what to schedule is typed, never taken from the environment")
 	}
 	require.NotContains(t, out.String(), "NUDGE_HELP")
 }

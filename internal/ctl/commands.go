@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/config"
@@ -44,7 +45,29 @@ func Command() *cobra.Command {
 	}
 	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect),
 		replayCmd(connect), dlqCmd(connect))
+	commandLineOnly(root)
 	return root
+}
+
+// envFlags are the only nudgectl flags that fall back to NUDGE_* variables:
+// where the database and broker are, and logging. What to schedule, select,
+// replay, expire or cancel must be typed.
+var envFlags = map[string]bool{
+	"database-url": true, "log-level": true, "log-format": true,
+	"amqp-url": true, "queue-prefix": true, "signing-keys": true,
+}
+
+func commandLineOnly(c *cobra.Command) {
+	var names []string
+	c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+		if !envFlags[f.Name] {
+			names = append(names, f.Name)
+		}
+	})
+	config.CommandLineOnly(c.Flags(), names...)
+	for _, sub := range c.Commands() {
+		commandLineOnly(sub)
+	}
 }
 
 type connector func(cmd *cobra.Command) (context.Context, *pgxpool.Pool, func(), error)
