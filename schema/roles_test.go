@@ -326,7 +326,7 @@ func TestReconcilerRoleRunsItsStatementsOnly(t *testing.T) {
 	require.Equal(t, reminder.Pending, b.state(t, stuck))
 
 	for _, sql := range append(forbiddenToComponents,
-		`SELECT id FROM delivery_attempts`,
+		`SELECT provider_message_id FROM delivery_attempts`,
 		`SELECT recipient FROM reminders`,
 		`SELECT data FROM reminders`,
 		`UPDATE reminders SET attempts = 0`,

@@ -143,7 +143,9 @@ WITH late AS (
            finished_at = @now,
            reason = CASE late.old_state
                         WHEN 'sending' THEN 'deadline passed; last send attempt outcome unknown'
-                        ELSE 'deadline passed while ' || late.old_state END
+                        ELSE 'deadline passed while ' || late.old_state
+                             || CASE WHEN nudge_outcome_unknown(r.id) THEN '; an earlier attempt''s outcome is unknown'
+                                     ELSE '' END END
       FROM late
      WHERE r.id = late.id
  RETURNING r.id, late.old_state, r.fence, r.reason
@@ -218,14 +220,16 @@ WITH m AS (
 ), upd AS (
     UPDATE reminders r
        SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
-           finished_at = @now, reason = @reason
+           finished_at = @now,
+           reason = @reason || CASE WHEN nudge_outcome_unknown(r.id) THEN '; an earlier attempt''s outcome is unknown'
+                                    ELSE '' END
       FROM cur
      WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('leased', 'enqueued', 'retrying')
        AND r.deadline <= @now
- RETURNING r.id, cur.old_state, r.fence
+ RETURNING r.id, cur.old_state, r.fence, r.reason
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'expired', fence, @actor, @reason, @now FROM upd
+    SELECT id, old_state, 'expired', fence, @actor, reason, @now FROM upd
 )
 SELECT id FROM upd;
 
@@ -242,12 +246,14 @@ WITH o AS (
     UPDATE reminders r
        SET state = o.state, next_attempt_at = o.next_attempt_at, lease_until = NULL,
            last_error = coalesce(nullif(o.error, ''), r.last_error),
-           reason = nullif(o.reason, ''),
+           reason = nullif(o.reason, '')
+                    || CASE WHEN o.state IN ('failed', 'expired') AND nudge_outcome_unknown(r.id, o.attempt_id)
+                            THEN '; an earlier attempt''s outcome is unknown' ELSE '' END,
            finished_at = CASE WHEN o.state IN ('delivered', 'failed', 'expired') THEN @now::timestamptz END,
            updated_at = @now
       FROM o
      WHERE r.id = o.id AND r.fence = o.fence AND r.state = 'sending'
- RETURNING r.id, r.state, r.fence, o.reason
+ RETURNING r.id, r.state, r.fence, r.reason
 ), att AS (
     UPDATE delivery_attempts a
        SET finished_at = @now,

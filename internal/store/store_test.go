@@ -499,3 +499,25 @@ func TestRepublishedTooOftenIsQuarantinedThenExpires(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, "deadline passed while quarantined", b.get(t, id).Reason)
 }
+
+// A reminder that ends undelivered after an attempt whose outcome nobody
+// learned (its worker died mid-send) says so: the provider may have sent it.
+func TestUndeliveredAfterAnUnknownOutcomeSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(2*time.Minute))
+	f := b.enqueue(t, id)
+	_, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: f}}, 30*time.Second, "dying-worker")
+	require.NoError(t, err)
+	b.clock.Advance(time.Minute) // the send lease expires; the reconciler republishes
+	re, err := b.st.Reclaim(ctx, b.clock.Now(), time.Hour, 10, time.Minute, "r")
+	require.NoError(t, err)
+	require.Len(t, re, 1)
+	b.clock.Advance(2 * time.Minute) // the deadline passes before anyone sends again
+	n, err := b.st.ExpireOverdue(ctx, b.clock.Now(), 10, "r")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "deadline passed while leased; an earlier attempt's outcome is unknown", b.get(t, id).Reason)
+}

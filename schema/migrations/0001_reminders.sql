@@ -80,6 +80,18 @@ CREATE TABLE reminder_events (
 );
 CREATE INDEX reminder_events_reminder ON reminder_events (reminder_id, id);
 
+-- Whether an earlier attempt of the reminder (other than except_attempt) may
+-- have reached the recipient without Nudge knowing: its worker died before
+-- recording an outcome, or the provider's answer never came back (a timeout,
+-- a dropped connection). A reminder that ends undelivered says so.
+CREATE FUNCTION nudge_outcome_unknown(p_reminder_id bigint, p_except_attempt bigint DEFAULT 0)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM delivery_attempts a
+                    WHERE a.reminder_id = p_reminder_id AND a.id <> p_except_attempt
+                      AND (a.outcome IS NULL
+                        OR (a.outcome = 'retryable' AND a.error ~ '\((timeout|network|unknown|canceled)\)')))
+$$;
+
 -- The idempotency key of a logical key: 'nudge-' and the hex SHA-256 of
 -- tenant, newline, key (UTF-8).
 CREATE FUNCTION nudge_idempotency_key(p_tenant text, p_key text) RETURNS text

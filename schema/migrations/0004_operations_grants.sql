@@ -49,3 +49,8 @@ GRANT SELECT ON reminders, delivery_attempts, reminder_events, operator_audit, d
 GRANT UPDATE (data, recipient, last_error, purged_at, updated_at) ON reminders TO nudge_retention;
 GRANT DELETE ON reminders, delivery_attempts, reminder_events, operator_audit, dispatch_runs
     TO nudge_retention;
+
+-- nudge_outcome_unknown (version 1) reads attempts' outcomes when the worker
+-- or the reconciler ends a reminder undelivered.
+GRANT SELECT (id, reminder_id, outcome, error) ON delivery_attempts TO nudge_worker, nudge_reconciler;
+GRANT SELECT (reason) ON reminders TO nudge_worker;
