@@ -1,0 +1,77 @@
+package deploycheck
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDashboardQueriesNameRealMetrics fails when the Grafana dashboard
+// queries a nudge_ metric that no package defines (a rename would otherwise
+// leave an empty panel nobody notices until an incident).
+func TestDashboardQueriesNameRealMetrics(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "grafana", "nudge-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	defined := definedMetrics(t, filepath.Join(root, "internal", "metrics"))
+	name := regexp.MustCompile(`nudge_[a-z0-9_]+`)
+	if len(dash.Panels) < 8 {
+		t.Fatalf("dashboard has %d panels", len(dash.Panels))
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
+				if !defined[base] {
+					t.Errorf("panel %q queries %s, which no metric in internal/metrics defines", p.Title, m)
+				}
+			}
+		}
+	}
+}
+
+func definedMetrics(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	quoted := regexp.MustCompile(`"(nudge_[a-z0-9_]+)"`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range quoted.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf("found only %d metric names in %s", len(out), dir)
+	}
+	return out
+}
