@@ -3,12 +3,17 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -330,27 +335,64 @@ func TestPipelineEndToEnd(t *testing.T) {
 	}
 	require.EqualValues(t, 1700, c.Delivered)
 
-	// What the workers' /metrics say agrees with the table.
+	// What the workers' and the reconciler's /metrics say agrees with the table.
 	var delivered, superseded float64
 	for _, reg := range f.regs {
-		fams, err := reg.Gather()
-		require.NoError(t, err)
-		for _, fam := range fams {
-			for _, m := range fam.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				switch {
-				case fam.GetName() == "nudge_outcomes_total" && labels["outcome"] == "delivered":
-					delivered += m.GetCounter().GetValue()
-				case fam.GetName() == "nudge_duplicates_suppressed_total" && labels["kind"] == "superseded":
-					superseded += m.GetCounter().GetValue()
-				}
-			}
-		}
+		fams := scrape(t, reg)
+		delivered += sumWhere(fams["nudge_outcomes_total"], "outcome", "delivered")
+		superseded += sumWhere(fams["nudge_duplicates_suppressed_total"], "kind", "superseded")
 	}
+	recReg := prometheus.NewRegistry()
+	recReg.MustRegister(&metrics.DBCollector{DB: f.db.Pool, Clock: clock.Real{}})
+	recFams := scrape(t, recReg)
+	require.Zero(t, sumWhere(recFams["nudge_open_reminders"], "", ""), "no reminder is open, says the reconciler")
+	require.EqualValues(t, byState[reminder.Expired], sumWhere(recFams["nudge_deadline_misses_last_hour"], "", ""))
+	require.EqualValues(t, 1, sumWhere(recFams["nudge_db_scrape_success"], "", ""))
 	require.EqualValues(t, 1700, delivered, "nudge_outcomes_total{outcome=delivered} matches the table")
 	require.EqualValues(t, 100, superseded, "the canceled reminders' messages were counted as superseded")
 	require.GreaterOrEqual(t, c.Superseded+c.Duplicates, int64(100), "the canceled reminders' messages were discarded")
+}
+
+// scrape serves reg over HTTP, as a process's /metrics does, fetches it and
+// parses the exposition.
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// sumWhere adds the values of a family's series whose label has the given
+// value (every series when label is "").
+func sumWhere(fam *dto.MetricFamily, label, value string) float64 {
+	if fam == nil {
+		return 0
+	}
+	var sum float64
+	for _, m := range fam.GetMetric() {
+		match := label == ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				match = true
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		case m.GetUntyped() != nil:
+			sum += m.GetUntyped().GetValue()
+		}
+	}
+	return sum
 }
