@@ -135,7 +135,7 @@ func (w *Worker) settle(ctx context.Context, items []*item) {
 			err = it.d.Nack(false, true)
 		}
 		if err != nil {
-			w.log.Warn().Err(err).Int64("reminder_id", it.env.ReminderID).Msg("settling delivery failed; the broker will redeliver")
+			w.with(w.log.Warn().Err(err), it).Msg("settling delivery failed; the broker will redeliver")
 		}
 	}
 }
@@ -290,6 +290,10 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 			w.m.Duplicate(ch, metrics.DupStale)
 			it.done = true
 			continue
+		}
+		w.with(w.log.Debug(), it).Str("state", string(it.out.State)).Str("reason", it.out.Reason).Msg("attempt recorded")
+		if it.out.State == reminder.Failed {
+			w.with(w.log.Warn(), it).Str("reason", it.out.Reason).Msg("reminder failed")
 		}
 		switch it.out.State {
 		case reminder.Delivered, reminder.Failed, reminder.Expired:
@@ -469,7 +473,7 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
 	if out.Msg.MessageId == "" {
 		out.Msg.MessageId = fmt.Sprintf("dead-%d", d.DeliveryTag)
 	}
-	w.log.Warn().Str("reason", reason).Int64("reminder_id", it.env.ReminderID).Msg("dead-lettering message")
+	w.with(w.log.Warn().Str("reason", reason), it).Msg("dead-lettering message")
 	results, err := w.pub.PublishBatch(ctx, []broker.Outgoing{out})
 	if err == nil && results[0] == nil {
 		w.counts.dead.Add(1)
