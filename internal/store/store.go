@@ -6,62 +6,25 @@
 package store
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 //go:embed queries.sql
 var queriesSQL string
 
-var queries = parseQueries(queriesSQL)
+var queries = sqlfile.Parse("queries.sql", queriesSQL)
 
-// parseQueries splits queries.sql at "-- name: X" lines and drops comment lines.
-func parseQueries(src string) map[string]string {
-	out := map[string]string{}
-	var name string
-	var b strings.Builder
-	flush := func() {
-		if name != "" {
-			out[name] = strings.TrimSpace(b.String())
-		}
-		b.Reset()
-	}
-	sc := bufio.NewScanner(strings.NewReader(src))
-	for sc.Scan() {
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		if n, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
-			flush()
-			name = strings.TrimSpace(n)
-			continue
-		}
-		if strings.HasPrefix(trimmed, "--") {
-			continue
-		}
-		b.WriteString(line)
-		b.WriteByte('\n')
-	}
-	flush()
-	return out
-}
-
-func query(name string) string {
-	q, ok := queries[name]
-	if !ok {
-		panic("store: no query named " + name + " in queries.sql")
-	}
-	return q
-}
+func query(name string) string { return queries.Get(name) }
 
 // Store runs the transitions against a pool.
 type Store struct {
