@@ -12,6 +12,7 @@ import (
 	"github.com/nudgehq/nudge/internal/email"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
+	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/worker"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -25,6 +26,7 @@ func main() {
 		from      string
 		templates string
 		listen    string
+		limits    string
 	)
 	cmd := &cobra.Command{
 		Use:   "email-worker",
@@ -64,7 +66,13 @@ func main() {
 			defer pool.Close()
 			cfg.Name = config.Actor("email-worker")
 			reg := probe.NewRegistry()
-			w, err := worker.New(cfg, worker.Deps{Metrics: metrics.New(reg),
+			lim, err := ratelimit.Load(limits)
+			if err != nil {
+				return fmt.Errorf("--limits: %w", err)
+			}
+			ratelimit.ExportVersion(reg, lim)
+			log.Info().Str("version", lim.Version).Str("file", limits).Msg("rate limits active")
+			w, err := worker.New(cfg, worker.Deps{Metrics: metrics.New(reg), Limiter: ratelimit.New(pool, lim),
 				AMQPURL: common.AMQPURL, Topology: common.Topology(), Store: store.New(pool),
 				Sender: sender, Keys: keys, Clock: clock.Real{}, Log: log,
 			})
@@ -83,5 +91,6 @@ func main() {
 	f.StringVar(&from, "smtp-from", "Nudge <reminders@nudge.local>", "From address (overrides from= in --smtp-url)")
 	f.StringVar(&templates, "templates", "", "directory of NAME.subject.tmpl, NAME.txt.tmpl, NAME.html.tmpl overriding the built-in templates")
 	f.StringVar(&listen, "listen", ":8080", "address for /healthz, /readyz and /metrics (empty: none)")
+	f.StringVar(&limits, "limits", "", "fleet-wide rate limits file (JSON, docs/rate-limits.md; empty: none)")
 	config.Execute(cmd)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
+	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/worker"
@@ -24,6 +25,7 @@ func main() {
 		smsCfg    sms.Config
 		templates string
 		listen    string
+		limits    string
 	)
 	cmd := &cobra.Command{
 		Use:   "sms-worker",
@@ -57,7 +59,13 @@ func main() {
 			defer pool.Close()
 			cfg.Name = config.Actor("sms-worker")
 			reg := probe.NewRegistry()
-			w, err := worker.New(cfg, worker.Deps{Metrics: metrics.New(reg),
+			lim, err := ratelimit.Load(limits)
+			if err != nil {
+				return fmt.Errorf("--limits: %w", err)
+			}
+			ratelimit.ExportVersion(reg, lim)
+			log.Info().Str("version", lim.Version).Str("file", limits).Msg("rate limits active")
+			w, err := worker.New(cfg, worker.Deps{Metrics: metrics.New(reg), Limiter: ratelimit.New(pool, lim),
 				AMQPURL: common.AMQPURL, Topology: common.Topology(), Store: store.New(pool),
 				Sender: sender, Keys: keys, Clock: clock.Real{}, Log: log,
 			})
@@ -76,5 +84,6 @@ func main() {
 	f.StringVar(&smsCfg.Sender, "sms-sender", "", "sender id or number (empty: the provider's default)")
 	f.StringVar(&templates, "templates", "", "directory of NAME.sms.tmpl overriding the built-in templates")
 	f.StringVar(&listen, "listen", ":8080", "address for /healthz, /readyz and /metrics (empty: none)")
+	f.StringVar(&limits, "limits", "", "fleet-wide rate limits file (JSON, docs/rate-limits.md; empty: none)")
 	config.Execute(cmd)
 }

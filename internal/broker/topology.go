@@ -42,8 +42,10 @@ type Topology struct {
 }
 
 // DefaultRetryTiers are the delays of the retry queues.
+// The sub-second ones serve rate-limit deferrals, which wait for a token
+// that is a fraction of a second away.
 var DefaultRetryTiers = []time.Duration{
-	time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour,
+	250 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour,
 }
 
 // WithDefaults returns t with zero fields filled.

@@ -269,3 +269,38 @@ WITH o AS (
     SELECT id, 'sending', state, fence, @actor, coalesce(nullif(reason, ''), state), @now FROM upd
 )
 SELECT id FROM upd;
+
+-- name: Defer
+-- A message handed back to wait for capacity: its reminder stays where it
+-- is, under the same fence, but the clock the reconciler watches restarts so
+-- the wait is not mistaken for a lost message.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+)
+UPDATE reminders r
+   SET enqueued_at = CASE WHEN r.state = 'enqueued' THEN @now::timestamptz ELSE r.enqueued_at END,
+       next_attempt_at = CASE WHEN r.state = 'retrying' THEN @until::timestamptz ELSE r.next_attempt_at END,
+       updated_at = @now
+  FROM m
+ WHERE r.id = m.id AND r.fence = m.fence AND r.state IN ('enqueued', 'retrying')
+RETURNING r.id;
+
+-- name: ExpireEarly
+-- No capacity before the deadline: the reminder ends as expired now rather
+-- than wait for a send that can no longer start in time.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
+), upd AS (
+    UPDATE reminders r
+       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+           finished_at = @now, reason = @reason
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('leased', 'enqueued', 'retrying')
+ RETURNING r.id, cur.old_state, r.fence
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    SELECT id, old_state, 'expired', fence, @actor, @reason, @now FROM upd
+)
+SELECT id FROM upd;

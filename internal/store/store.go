@@ -180,6 +180,25 @@ func (s *Store) Quarantine(ctx context.Context, now time.Time, fs []Fenced, acto
 	})
 }
 
+// Defer records that messages were handed back to wait for capacity until
+// until: enqueued rows restart their overdue clock, retrying ones move their
+// next attempt time.
+func (s *Store) Defer(ctx context.Context, now, until time.Time, fs []Fenced) (map[int64]bool, error) {
+	ids, fences := split(fs)
+	return s.ids(ctx, "deferring reminders", "Defer", pgx.NamedArgs{
+		"now": now, "until": until, "ids": ids, "fences": fences,
+	})
+}
+
+// ExpireEarly expires open reminders at the given fences now, before their
+// deadline, because nothing can be sent in time (no capacity before it).
+func (s *Store) ExpireEarly(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
+	ids, fences := split(fs)
+	return s.ids(ctx, "expiring reminders early", "ExpireEarly", pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
+	})
+}
+
 // Delivery is what a worker needs to decide about and send one reminder.
 type Delivery struct {
 	ID             int64

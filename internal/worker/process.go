@@ -216,6 +216,7 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 			}
 		}
 	}
+	claim, toClaim = w.admit(ctx, claim, toClaim)
 	if len(claim) == 0 {
 		return
 	}
@@ -322,6 +323,96 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 	if len(retries) > 0 {
 		w.publishRetries(ctx, retries)
 	}
+}
+
+// admit takes fleet-wide capacity for the messages about to be claimed, one
+// round trip per tenant in the batch. What gets no token is not waited for:
+// it goes back through a retry tier until the limiter's next free token, or
+// expires as rate_limited when that is at or past its deadline.
+func (w *Worker) admit(ctx context.Context, claim []store.Fenced, items []*item) ([]store.Fenced, []*item) {
+	if w.fleet == nil || len(items) == 0 {
+		return claim, items
+	}
+	ch := string(w.cfg.Channel)
+	byTenant := map[string][]int{}
+	var order []string
+	for i, it := range items {
+		if _, ok := byTenant[it.row.Tenant]; !ok {
+			order = append(order, it.row.Tenant)
+		}
+		byTenant[it.row.Tenant] = append(byTenant[it.row.Tenant], i)
+	}
+	keep := make([]bool, len(items))
+	now := w.clock.Now()
+	var late []*item
+	waits := map[time.Duration][]*item{} // by retry tier
+	var tiers []time.Duration
+	for _, tenant := range order {
+		idx := byTenant[tenant]
+		g, err := w.fleet.Acquire(ctx, w.clock.Now(), ch, tenant, len(idx))
+		if err != nil {
+			w.log.Warn().Err(err).Str("tenant", tenant).Msg("rate limiter unavailable; giving the messages back")
+			continue // not kept, not settled: nacked and redelivered
+		}
+		for n, i := range idx {
+			if n < g.Granted {
+				keep[i] = true
+				continue
+			}
+			it := items[i]
+			// The k-th message past the grant can expect its token about
+			// k refill intervals after the next free one.
+			at := g.RetryAt.Add(time.Duration(n-g.Granted) * g.Spacing)
+			if !at.Before(it.row.Deadline) {
+				late = append(late, it)
+				continue
+			}
+			tier := w.topo.Tier(at.Sub(now))
+			if _, ok := waits[tier]; !ok {
+				tiers = append(tiers, tier)
+			}
+			waits[tier] = append(waits[tier], it)
+			w.m.RateLimitDeferral(ch, "fleet")
+		}
+	}
+	if len(late) > 0 {
+		fs := fenced(late)
+		if err := w.retryDB(ctx, "expiring rate-limited reminders", func() error {
+			moved, err := w.store.ExpireEarly(ctx, now, fs, w.cfg.Name, "rate_limited: no capacity before the deadline")
+			w.m.Outcomes(ch, string(reminder.Expired), "rate_limited", len(moved))
+			return err
+		}); err == nil {
+			for _, it := range late {
+				it.done = true
+			}
+		}
+	}
+	for _, tier := range tiers {
+		wait := waits[tier]
+		if err := w.retryDB(ctx, "deferring rate-limited reminders", func() error {
+			_, err := w.store.Defer(ctx, now, now.Add(tier), fenced(wait))
+			return err
+		}); err == nil {
+			w.deferMany(ctx, wait, tier)
+		}
+	}
+	var outClaim []store.Fenced
+	var outItems []*item
+	for i, it := range items {
+		if keep[i] {
+			outClaim = append(outClaim, claim[i])
+			outItems = append(outItems, it)
+		}
+	}
+	return outClaim, outItems
+}
+
+func fenced(its []*item) []store.Fenced {
+	out := make([]store.Fenced, len(its))
+	for i, it := range its {
+		out[i] = store.Fenced{ID: it.row.ID, Fence: it.row.Fence}
+	}
+	return out
 }
 
 // send calls the provider for one claimed attempt and decides the outcome.
@@ -434,11 +525,25 @@ func (w *Worker) publishRetries(ctx context.Context, its []*item) {
 // defer_ sends a message that arrived before its reminder is due (clock skew,
 // an early replay) back through the retry tier covering the wait.
 func (w *Worker) defer_(ctx context.Context, it *item, wait time.Duration) {
-	out := w.retryMessage(it, it.env.Fence, w.topo.Tier(wait))
-	results, err := w.pub.PublishBatch(ctx, []broker.Outgoing{out})
-	if err == nil && results[0] == nil {
-		w.counts.deferred.Add(1)
-		it.done = true
+	w.deferMany(ctx, []*item{it}, wait)
+}
+
+// deferMany hands messages back through the retry tier covering wait, under
+// their current fence, in one confirmed batch; each is settled once its copy
+// is confirmed.
+func (w *Worker) deferMany(ctx context.Context, its []*item, wait time.Duration) {
+	tier := w.topo.Tier(wait)
+	msgs := make([]broker.Outgoing, len(its))
+	for i, it := range its {
+		msgs[i] = w.retryMessage(it, it.env.Fence, tier)
+		msgs[i].Msg.MessageId += "-d"
+	}
+	results, err := w.pub.PublishBatch(ctx, msgs)
+	for i, it := range its {
+		if err == nil && results[i] == nil {
+			w.counts.deferred.Add(1)
+			it.done = true
+		}
 	}
 }
 

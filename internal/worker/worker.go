@@ -26,6 +26,7 @@ import (
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
@@ -128,6 +129,7 @@ type Worker struct {
 	log     zerolog.Logger
 	pub     *broker.Publisher
 	m       *metrics.Metrics
+	fleet   Limiter
 	limiter *rate.Limiter
 	rand    func() float64
 	ready   atomic.Bool
@@ -149,6 +151,14 @@ type Deps struct {
 	Rand func() float64
 	// Metrics receives the worker's counters and hop latencies. Nil: none.
 	Metrics *metrics.Metrics
+	// Limiter grants fleet-wide send capacity (*ratelimit.Limiter). Nil: none.
+	Limiter Limiter
+}
+
+// Limiter grants up to want send tokens for a tenant's messages on a channel
+// at now, and says when the next one will be free if it granted fewer.
+type Limiter interface {
+	Acquire(ctx context.Context, now time.Time, channel, tenant string, want int) (ratelimit.Grant, error)
 }
 
 // New returns a worker; Run starts it.
@@ -163,7 +173,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, url: d.AMQPURL, topo: topo, store: d.Store, sender: d.Sender, keys: d.Keys,
-		clock: d.Clock, log: d.Log, rand: d.Rand, m: d.Metrics,
+		clock: d.Clock, log: d.Log, rand: d.Rand, m: d.Metrics, fleet: d.Limiter,
 		pub: broker.NewPublisher(d.AMQPURL, topo, cfg.Name+"-publisher"),
 	}
 	if w.clock == nil {
