@@ -118,12 +118,15 @@ func TestIncidentOperatorSession(t *testing.T) {
 		return countState(t, f, reminder.Delivered) == 54 && countState(t, f, reminder.Quarantined) == 6
 	}, 30*time.Second, 50*time.Millisecond)
 
-	// 3. stats names the problem; dlq list explains it.
-	res, err = operator("stats", "--json")
-	require.NoError(t, err, res)
-	require.NoError(t, json.Unmarshal([]byte(res), &stats))
+	// 3. stats names the problem; dlq list explains it. (The rows turn
+	// quarantined just before their messages reach the dead-letter queue.)
+	require.Eventually(t, func() bool {
+		res, err = operator("stats", "--json")
+		require.NoError(t, err, res)
+		require.NoError(t, json.Unmarshal([]byte(res), &stats))
+		return stats.DeadLetters["sms"] == 6
+	}, 10*time.Second, 100*time.Millisecond, "dead letters: %v", stats.DeadLetters)
 	require.EqualValues(t, 6, stats.ByChannel["sms"]["quarantined"])
-	require.Equal(t, 6, stats.DeadLetters["sms"])
 	res, err = operator("dlq", "list", "--channel", "sms")
 	require.NoError(t, err, res)
 	require.Equal(t, 6, strings.Count(res, "panicked"), res)

@@ -9,15 +9,16 @@ import (
 // with adds to ev what every log line about a reminder carries: its ID,
 // tenant, channel, attempt and fence, and the recipient masked.
 func (w *Worker) with(ev *zerolog.Event, it *item) *zerolog.Event {
-	ev = ev.Int64("reminder_id", it.env.ReminderID).Str("channel", string(w.cfg.Channel)).
-		Int64("fence", it.env.Fence).Int("attempt", it.env.Attempt+1)
+	ev = ev.Int64("reminder_id", it.env.ReminderID).Str("channel", string(w.cfg.Channel))
+	if it.att.Number != 0 {
+		ev = ev.Int("attempt", it.att.Number).Int64("fence", it.att.Fence)
+	} else {
+		ev = ev.Int("attempt", it.env.Attempt+1).Int64("fence", it.env.Fence)
+	}
 	if it.row.ID != 0 {
 		ev = ev.Str("tenant", it.row.Tenant).Str("recipient", MaskRecipient(it.row.Recipient))
 	} else if it.env.Tenant != "" {
 		ev = ev.Str("tenant", it.env.Tenant)
-	}
-	if it.att.Number != 0 {
-		ev = ev.Int("attempt", it.att.Number).Int64("fence", it.att.Fence)
 	}
 	return ev
 }
