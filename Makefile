@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nudgehq/nudge/internal/config.Version=$(VERSION)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test test-deploy test-short demo services vet fmt clean chaos chaos-short
+.PHONY: all build test test-deploy test-short demo services vet fmt clean chaos chaos-short bench
 
 all: build
 
@@ -45,6 +45,13 @@ test-short:
 ## demo: run the whole system end to end on this machine and print the outcomes
 demo: services build
 	go run ./tools/demo
+
+## bench: Nudge end to end vs River vs the raw broker (bench/, a module of its own);
+## writes docs/benchmarks.md and its chart. BENCH_N=100000 for the issue's full size.
+BENCH_N ?= 20000
+BENCH_RUNS ?= 3
+bench: services
+	cd bench && go run ./cmd/nudge-bench -n $(BENCH_N) -runs $(BENCH_RUNS)
 
 vet:
 	go vet ./...

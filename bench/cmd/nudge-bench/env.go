@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/nudgehq/nudge/internal/testenv"
+)
+
+// env is where every benchmark runs: one PostgreSQL database (each benchmark
+// takes a schema of its own) and one RabbitMQ (each takes a queue prefix).
+type env struct {
+	dbURL   string
+	amqpURL string
+	admin   *pgxpool.Pool
+}
+
+// schemaURL returns dbURL with search_path set to schema.
+func (e *env) schemaURL(schema string) string {
+	u, _ := url.Parse(e.dbURL)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// newSchema creates a schema and returns a drop function.
+func (e *env) newSchema(ctx context.Context, prefix string) (string, func(), error) {
+	name := prefix + "_" + testenv.RandomID()
+	if _, err := e.admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return "", nil, err
+	}
+	return name, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = e.admin.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
+	}, nil
+}
+
+// stats is the median, min and max of a measurement's runs.
+type stats struct{ Median, Min, Max float64 }
+
+func summarize(xs []float64) stats {
+	if len(xs) == 0 {
+		return stats{}
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return stats{Median: m, Min: s[0], Max: s[len(s)-1]}
+}
+
+// cpuTicks are CPU seconds (user+system) by owner, read from /proc.
+type cpuTicks struct{ Postgres, RabbitMQ, Harness, Other float64 }
+
+const clockTicks = 100.0 // USER_HZ on Linux
+
+func readCPU() cpuTicks {
+	var c cpuTicks
+	self := os.Getpid()
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		comm := s[open+1 : close]
+		f := strings.Fields(s[close+2:])
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		sec := (ut + st) / clockTicks
+		switch {
+		case pid == self:
+			c.Harness += sec
+		case comm == "postgres" || strings.HasPrefix(comm, "postgres"):
+			c.Postgres += sec
+		case comm == "beam.smp" || comm == "erl_child_setup" || comm == "epmd" || comm == "inet_gethost":
+			c.RabbitMQ += sec
+		default:
+			c.Other += sec
+		}
+	}
+	return c
+}
+
+func (a cpuTicks) sub(b cpuTicks) cpuTicks {
+	return cpuTicks{a.Postgres - b.Postgres, a.RabbitMQ - b.RabbitMQ, a.Harness - b.Harness, a.Other - b.Other}
+}
+
+// resetPeakRSS resets VmHWM of this process (Linux: clear_refs 5).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSSMiB reads VmHWM of this process.
+func peakRSSMiB() float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// machine describes where the figures were measured.
+type machine struct {
+	CPUs     int
+	CPUModel string
+	MemGiB   float64
+	Go       string
+	Postgres string
+	RabbitMQ string
+	Kernel   string
+	When     time.Time
+}
+
+func describe(ctx context.Context, e *env) machine {
+	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), When: time.Now().UTC()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				m.CPUModel = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %f kB", &kb)
+		m.MemGiB = kb / 1024 / 1024
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	_ = e.admin.QueryRow(ctx, "SHOW server_version").Scan(&m.Postgres)
+	if conn, err := amqp.Dial(e.amqpURL); err == nil {
+		if v, ok := conn.Properties["version"].(string); ok {
+			m.RabbitMQ = v
+		}
+		conn.Close()
+	}
+	return m
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return v
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "nudge_bench_noop" }
+
+type noopWorker struct{ river.WorkerDefaults[noopArgs] }
+
+func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// riverResult is one River run.
+type riverResult struct {
+	Rate    float64 // jobs/s, first attempt to last completion
+	Elapsed time.Duration
+	CPU     cpuTicks
+	RSS     float64
+}
+
+// riverPerWorker is the River concurrency granted per "worker": the number
+// of deliveries one Nudge worker holds in flight by default (Concurrency 4 ×
+// Batch 50).
+const riverPerWorker = 200
+
+// riverRun inserts n no-op jobs with InsertMany into a schema of its own,
+// then starts k River clients (each with its own pool and MaxWorkers
+// riverPerWorker) and measures from the first attempt to the last
+// completion (attempted_at, finalized_at).
+func riverRun(ctx context.Context, e *env, n, k int) (riverResult, error) {
+	var res riverResult
+	name, drop, err := e.newSchema(ctx, "bench_river")
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+	url := e.schemaURL(name)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	mig, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: name})
+	if err != nil {
+		return res, err
+	}
+	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return res, fmt.Errorf("river migrate: %w", err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, noopWorker{})
+	quiet := slog.New(slog.DiscardHandler)
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: name, Workers: workers, Logger: quiet})
+	if err != nil {
+		return res, err
+	}
+	const chunk = 2000
+	for off := 0; off < n; off += chunk {
+		params := make([]river.InsertManyParams, 0, chunk)
+		for i := off; i < min(off+chunk, n); i++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
+		}
+		if _, err := inserter.InsertMany(ctx, params); err != nil {
+			return res, fmt.Errorf("river insert: %w", err)
+		}
+	}
+
+	var clients []*river.Client[pgx.Tx]
+	var pools []*pgxpool.Pool
+	defer func() {
+		for _, c := range clients {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = c.Stop(sctx)
+			cancel()
+		}
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	resetPeakRSS()
+	cpu0 := readCPU()
+	for i := range k {
+		p, err := pgxpool.New(ctx, url)
+		if err != nil {
+			return res, err
+		}
+		pools = append(pools, p)
+		c, err := river.NewClient(riverpgxv5.New(p), &river.Config{
+			Schema: name, Workers: workers, Logger: quiet,
+			Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: riverPerWorker}},
+			ID:     fmt.Sprintf("nudge-bench-river-%d", i),
+		})
+		if err != nil {
+			return res, err
+		}
+		if err := c.Start(ctx); err != nil {
+			return res, err
+		}
+		clients = append(clients, c)
+	}
+	timeout := time.After(10 * time.Minute)
+	for {
+		var done int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&done); err != nil {
+			return res, err
+		}
+		if done >= n {
+			break
+		}
+		select {
+		case <-timeout:
+			return res, fmt.Errorf("river: only %d of %d jobs completed after 10 minutes", done, n)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	res.CPU = readCPU().sub(cpu0)
+	res.RSS = peakRSSMiB()
+	var first, last time.Time
+	if err := pool.QueryRow(ctx, `SELECT min(attempted_at), max(finalized_at) FROM river_job`).Scan(&first, &last); err != nil {
+		return res, err
+	}
+	res.Elapsed = last.Sub(first)
+	res.Rate = float64(n) / res.Elapsed.Seconds()
+	return res, nil
+}
