@@ -81,7 +81,8 @@ type Config struct {
 	// Sender is the "from" field (a number or alphanumeric sender ID). The
 	// zero value omits it and lets the provider choose its default.
 	Sender string
-	// HTTPClient sends the requests. Nil means a new client with no timeout
+	// HTTPClient sends the requests. Nil means a new client, pooling up to 128
+	// idle connections to the provider, with no timeout
 	// of its own (Timeout applies) and the default transport.
 	HTTPClient *http.Client
 	// Templates renders message bodies. Nil means the embedded defaults
@@ -121,7 +122,12 @@ func New(cfg Config) (*Client, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{}
+		// The default transport keeps 2 idle connections per host; a worker
+		// sends a batch concurrently to one provider host and would open and
+		// close a connection per send.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
+		hc = &http.Client{Transport: t}
 	}
 	tmpl := cfg.Templates
 	if tmpl == nil {

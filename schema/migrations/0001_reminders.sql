@@ -42,7 +42,7 @@ CREATE TABLE reminders (
 -- The dispatcher's claim query walks only due, pending work: this index holds
 -- pending rows alone, so it stays as small as the backlog however large the
 -- table of terminal history grows.
-CREATE INDEX reminders_pending_due ON reminders (due_at) WHERE state = 'pending';
+CREATE INDEX reminders_pending_due ON reminders (due_at, id) WHERE state = 'pending';
 -- The reconciler's sweeps, each over one small partial index.
 CREATE INDEX reminders_leases ON reminders (lease_until) WHERE state IN ('leased', 'sending');
 CREATE INDEX reminders_enqueued ON reminders (enqueued_at) WHERE state = 'enqueued';
