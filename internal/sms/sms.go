@@ -81,9 +81,9 @@ type Config struct {
 	// Sender is the "from" field (a number or alphanumeric sender ID). The
 	// zero value omits it and lets the provider choose its default.
 	Sender string
-	// HTTPClient sends the requests. Nil means a new client, pooling up to 128
-	// idle connections to the provider, with no timeout
-	// of its own (Timeout applies) and the default transport.
+	// HTTPClient sends the requests. Nil means a new client with no timeout
+	// of its own (Timeout applies) that pools up to 128 idle connections to
+	// the provider.
 	HTTPClient *http.Client
 	// Templates renders message bodies. Nil means the embedded defaults
 	// (DefaultTemplates).
