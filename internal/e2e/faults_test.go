@@ -243,7 +243,8 @@ func TestFaultWorkerKilledBeforeAck(t *testing.T) {
 	f.runOK(t, "dispatcher")
 	f.crash(t, faults.WorkerAfterRecord, "sms-worker")
 	f.waitAll(t, ids, reminder.Delivered)
-	require.Equal(t, 3, f.queueDepth(t, "sms"), "unacked messages went back to the queue")
+	require.Eventually(t, func() bool { return f.queueDepth(t, "sms") == 3 }, 10*time.Second, 20*time.Millisecond,
+		"unacked messages went back to the queue")
 
 	w := f.start(t, "sms-worker", f.env())
 	require.Eventually(t, func() bool { return f.queueDepth(t, "sms") == 0 }, 30*time.Second, 50*time.Millisecond)
@@ -321,7 +322,8 @@ func TestFaultSIGTERMWithDeliveriesInFlight(t *testing.T) {
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM reminders WHERE state = 'sending'`).Scan(&sending))
 	require.Zero(t, sending, "nothing was left mid-send")
-	require.Equal(t, len(ids)-delivered, f.queueDepth(t, "sms"), "what was not started is back in the queue")
+	require.Eventually(t, func() bool { return f.queueDepth(t, "sms") == len(ids)-delivered }, 10*time.Second,
+		20*time.Millisecond, "what was not started is back in the queue")
 }
 
 // Past the grace period a stopping worker exits without acking: the broker
@@ -339,7 +341,9 @@ func TestFaultSIGTERMPastTheGracePeriod(t *testing.T) {
 	stop(t, w)
 	require.Less(t, time.Since(start), 2500*time.Millisecond, "the worker left at the end of its grace period")
 	require.Contains(t, w.Output(), "grace period over")
-	require.Equal(t, 10, f.queueDepth(t, "sms"), "nothing was acked; the broker has every message back")
+	// The broker returns a closed connection's unacked messages asynchronously.
+	require.Eventually(t, func() bool { return f.queueDepth(t, "sms") == 10 }, 10*time.Second, 20*time.Millisecond,
+		"nothing was acked; the broker has every message back")
 
 	require.NoError(t, f.sms.SetConfig(fakesms.Config{}))
 	f.start(t, "reconciler", f.env(), "--every", "300ms")
