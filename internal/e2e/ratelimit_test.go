@@ -94,11 +94,11 @@ func TestFleetWideRateLimit(t *testing.T) {
 	t.Logf("sends per second from the first: %v", perSecond)
 	// Tokens are granted at most rate × window + burst (60) in any second;
 	// what the provider sees can bunch by the grant-to-send time on a loaded
-	// machine (seen here: up to 76). The strict provider-side bound is the
+	// machine (seen here: up to 76; 100 allowed). The strict provider-side bound is the
 	// next slice (acquire after the claim, right before the send); until then
 	// this catches a limiter that is not fleet-wide (four workers unshared
 	// would reach 240).
-	require.LessOrEqual(t, worst, 90, "some second saw %d sends", worst)
+	require.LessOrEqual(t, worst, 100, "some second saw %d sends", worst)
 	in20 := sort.Search(len(times), func(k int) bool { return !times[k].Before(first.Add(20 * time.Second)) })
 	require.LessOrEqual(t, in20, 1000+10+50, "sends in the first 20 s: never above the rate")
 	// Tenant A kept to its own allowance.
