@@ -18,6 +18,7 @@ import (
 	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -591,4 +592,44 @@ func TestDeadlinePassesWhileQueued(t *testing.T) {
 	r := b.waitState(t, id, reminder.Expired)
 	require.Equal(t, "deadline reached before the send started", r.Reason)
 	require.Empty(t, b.sms.Attempts())
+}
+
+// A message with no fleet-wide capacity is not waited for: it is deferred
+// through a retry tier and sent when its token is due, or, when that is past
+// its deadline, expired as rate_limited. Nothing is sent beyond the limit.
+func TestRateLimitedMessagesAreDeferredOrExpired(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	sched := func(key string, deadline time.Duration) int64 {
+		res, err := intake.Schedule(ctx, b.db.Pool, intake.Request{Tenant: "acme", Key: key, Channel: reminder.SMS,
+			Recipient: "+14155550100", Template: "course-expiry", DueAt: now.Add(-time.Second), Deadline: now.Add(deadline)})
+		require.NoError(t, err)
+		return res.ID
+	}
+	first := sched("first", time.Hour)
+	tooLate := sched("too-late", 1500*time.Millisecond)
+	later := sched("later", time.Hour)
+	b.dispatch(t)
+
+	cfg, err := ratelimit.Parse([]byte(`{"version":"t","channels":{"sms":{"account":"a","rate":0.5,"burst":1}}}`))
+	require.NoError(t, err)
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS, BatchWait: 200 * time.Millisecond},
+		worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st, Sender: mustSMS(t, b), Keys: b.keys,
+			Clock: b.clock, Log: b.log, Limiter: ratelimit.New(b.db.Pool, cfg)})
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = w2.Run(wctx) }()
+
+	b.waitState(t, first, reminder.Delivered)
+	r := b.waitState(t, tooLate, reminder.Expired)
+	require.Equal(t, "rate_limited: no capacity before the deadline", r.Reason)
+	b.waitState(t, later, reminder.Delivered)
+	atts := b.sms.Attempts()
+	require.Len(t, atts, 2, "the expired one was never sent")
+	require.GreaterOrEqual(t, atts[1].Time.Sub(atts[0].Time), 1800*time.Millisecond, "the second send waited for its token")
+	require.Positive(t, w2.Counts().Deferred)
 }
