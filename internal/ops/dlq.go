@@ -196,7 +196,16 @@ func (d DLQ) Read(ctx context.Context, channel reminder.Channel) (*DLQRead, erro
 		return nil, fmt.Errorf("opening a channel: %w", err)
 	}
 	r.ch = ch
-	q, err := ch.QueueDeclarePassive(r.Queue, true, false, false, false, nil)
+	// A reader that just finished (this operator's previous command) leaves
+	// its consumer registered for a moment after its connection closed: give
+	// it a few seconds before calling the queue busy.
+	var q amqp.Queue
+	for busyUntil := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		q, err = ch.QueueDeclarePassive(r.Queue, true, false, false, false, nil)
+		if err != nil || q.Consumers == 0 || time.Now().After(busyUntil) {
+			break
+		}
+	}
 	if err != nil {
 		r.Close()
 		if isAMQPCode(err, amqp.NotFound) {
