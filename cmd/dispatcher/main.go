@@ -9,12 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/nudgehq/nudge/internal/broker"
-	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
-	"github.com/nudgehq/nudge/internal/store"
 )
 
 func main() {
@@ -34,33 +31,18 @@ already past their deadline are expired, not published. It stops starting batche
 when --budget is near, prints a one-line summary and exits; with --every it repeats.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := common.Logger("dispatcher")
-			if err != nil {
-				return err
-			}
-			keys, err := common.Keys()
-			if err != nil {
-				return err
-			}
-			ctx, stop := config.SignalContext()
-			defer stop()
-			pool, err := common.Pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			actor := config.Actor("dispatcher")
-			pub := broker.NewPublisher(common.AMQPURL, common.Topology(), actor)
-			defer pub.Close()
 			reg := prometheus.NewRegistry()
+			p, err := dispatch.Start(&common, "dispatcher", metrics.New(reg))
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			ctx := p.Ctx
 			d := &dispatch.Dispatcher{
-				Enqueuer: dispatch.Enqueuer{
-					Store: store.New(pool), Publisher: pub, Keys: keys, Topology: common.Topology(),
-					Clock: clock.Real{}, Actor: actor, Metrics: metrics.New(reg),
-				},
+				Enqueuer: p.Enqueuer,
 				Config:   cfg,
-				Log:      log,
-				AfterRun: dispatch.Report(pool, actor, pushgateway, reg, log),
+				Log:      p.Log,
+				AfterRun: dispatch.Report(p.Pool, p.Enqueuer.Actor, pushgateway, reg, p.Log),
 			}
 			if every > 0 {
 				return d.Loop(ctx, every)

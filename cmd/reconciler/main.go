@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/dispatch"
@@ -17,7 +16,6 @@ import (
 	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/retention"
-	"github.com/nudgehq/nudge/internal/store"
 )
 
 func main() {
@@ -35,40 +33,24 @@ func main() {
 		Short: "Expire late reminders, release dead leases, republish lost work",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := common.Logger("reconciler")
-			if err != nil {
-				return err
-			}
 			if err := rcfg.Validate(); err != nil {
 				return err
 			}
-			keys, err := common.Keys()
-			if err != nil {
-				return err
-			}
-			ctx, stop := config.SignalContext()
-			defer stop()
-			pool, err := common.Pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			actor := config.Actor("reconciler")
-			pub := broker.NewPublisher(common.AMQPURL, common.Topology(), actor)
-			defer pub.Close()
 			reg := probe.NewRegistry()
-			m := metrics.New(reg)
+			p, err := dispatch.Start(&common, "reconciler", metrics.New(reg))
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			ctx, log := p.Ctx, p.Log
 			depths := &ops.DLQDepthReader{URL: common.AMQPURL, Topology: common.Topology()}
 			defer depths.Close()
-			reg.MustRegister(&metrics.DBCollector{DB: pool, Clock: clock.Real{}, DLQDepth: depths.Depths})
+			reg.MustRegister(&metrics.DBCollector{DB: p.Pool, Clock: clock.Real{}, DLQDepth: depths.Depths})
 			r := &reconcile.Reconciler{
-				Enqueuer: dispatch.Enqueuer{
-					Store: store.New(pool), Publisher: pub, Keys: keys, Topology: common.Topology(),
-					Clock: clock.Real{}, Actor: actor, Metrics: m,
-				},
+				Enqueuer:   p.Enqueuer,
 				Config:     cfg,
 				Log:        log,
-				Cleaner:    retention.New(pool, rcfg, clock.Real{}),
+				Cleaner:    retention.New(p.Pool, rcfg, clock.Real{}),
 				CleanEvery: clean,
 			}
 			if once {
