@@ -1,5 +1,6 @@
-// Command nudgectl is the operator and intake CLI: it migrates the schema,
-// schedules reminders (one from flags, or a JSON Lines file in bulk), cancels
+// Command nudgectl is the operator and intake CLI: it migrates the schema
+// and declares the broker topology (the privileged set-up step), schedules
+// reminders (one from flags, or a JSON Lines file in bulk), cancels
 // them, and shows a reminder's state and event timeline.
 package main
 

@@ -33,7 +33,9 @@ type Outgoing struct {
 
 // Publisher publishes batches with publisher confirms and the mandatory flag
 // on a connection of its own (so broker flow control on publishers never
-// stalls a consumer). It redials lazily after a connection or channel loss.
+// stalls a consumer). It redials lazily after a connection or channel loss,
+// and on each new connection checks that the topology's exchanges exist (it
+// never declares them).
 // Safe for concurrent use; batches are published one at a time.
 type Publisher struct {
 	url  string
@@ -85,7 +87,9 @@ func (p *Publisher) ensure() error {
 		conn.Close()
 		return fmt.Errorf("opening publish channel: %w", err)
 	}
-	if err := p.topo.Declare(ch); err != nil {
+	// A missing exchange would only show as unconfirmed messages (the broker
+	// closes the channel): name it instead.
+	if err := Check(conn, Uses{Exchanges: []string{p.topo.WorkExchange(), p.topo.DeadExchange()}}); err != nil {
 		conn.Close()
 		return err
 	}

@@ -1,6 +1,7 @@
-// Package broker owns Nudge's use of RabbitMQ: the topology every binary
-// declares, a publisher that only reports a message sent once the broker has
-// confirmed and routed it, and a consumer session with explicit recovery.
+// Package broker owns Nudge's use of RabbitMQ: the topology, declared once by
+// a privileged step and checked passively by every binary (check.go says
+// why), and a publisher that only reports a message sent once the broker has
+// confirmed and routed it.
 //
 // The topology per channel C (with prefix P, default "nudge"):
 //
@@ -121,7 +122,10 @@ func (t Topology) quorumArgs() amqp.Table {
 	}
 }
 
-// Declare declares the whole topology on ch.
+// Declare declares the whole topology on ch. It needs configure permission
+// on every name, and, for a queue it creates, read on the queue and write on
+// its dead-letter exchange; binding needs write on the queue and read on the
+// exchange. Only the migration step (and development) calls it.
 func (t Topology) Declare(ch *amqp.Channel) error {
 	for _, ex := range []string{t.WorkExchange(), t.DeadExchange()} {
 		if err := ch.ExchangeDeclare(ex, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {

@@ -102,8 +102,12 @@ type Common struct {
 	AMQPURL     string
 	SigningKeys string
 	QueuePrefix string
-	LogLevel    string
-	LogFormat   string
+	// DeclareTopology makes the process declare the whole broker topology
+	// at start instead of only checking that what it uses exists. Zero
+	// value: check only (the migration step declares; internal/broker).
+	DeclareTopology bool
+	LogLevel        string
+	LogFormat       string
 }
 
 // Defaults for local development.
@@ -126,6 +130,20 @@ func (c *Common) RegisterBroker(fs *pflag.FlagSet) {
 	fs.StringVar(&c.SigningKeys, "signing-keys", "",
 		"message signing keys, KID:SECRET[,KID:SECRET...]; the first signs, all verify (required)")
 	fs.StringVar(&c.QueuePrefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
+	fs.BoolVar(&c.DeclareTopology, "declare-topology", false,
+		"declare the whole broker topology at start (needs configure permission on it; development only: "+
+			"in production the migration step, nudgectl migrate --declare-topology, declares it and this process only checks it exists)")
+}
+
+// PrepareTopology is a broker binary's start-up step: it connects once as
+// name and declares the topology (--declare-topology) or checks that what
+// uses names exists, failing with the names of what is missing.
+func (c *Common) PrepareTopology(name string, uses func(broker.Topology) broker.Uses) error {
+	t := c.Topology()
+	if err := t.PrepareAt(c.AMQPURL, name, c.DeclareTopology, uses(t)); err != nil {
+		return fmt.Errorf("preparing the broker topology: %w", err)
+	}
+	return nil
 }
 
 // durationUnitOnce sets zerolog's process-wide duration unit once: Logger

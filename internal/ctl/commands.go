@@ -31,7 +31,7 @@ func Command() *cobra.Command {
 	var common config.Common
 	root := &cobra.Command{
 		Use:   "nudgectl",
-		Short: "Operate Nudge: migrate the schema, schedule, cancel, inspect and replay reminders, handle dead letters",
+		Short: "Operate Nudge: migrate the schema and declare the broker topology, schedule, cancel, inspect and replay reminders, handle dead letters",
 	}
 	common.RegisterDB(root.PersistentFlags())
 	connect := func(cmd *cobra.Command) (context.Context, *pgxpool.Pool, func(), error) {
@@ -44,7 +44,7 @@ func Command() *cobra.Command {
 		return ctx, pool, func() { pool.Close(); stop() }, nil
 	}
 	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect),
-		replayCmd(connect), dlqCmd(connect))
+		replayCmd(connect), dlqCmd(connect), brokerCmd())
 	commandLineOnly(root)
 	return root
 }
@@ -73,10 +73,18 @@ func commandLineOnly(c *cobra.Command) {
 type connector func(cmd *cobra.Command) (context.Context, *pgxpool.Pool, func(), error)
 
 func migrateCmd(connect connector) *cobra.Command {
-	return &cobra.Command{
+	var (
+		tf      topologyFlags
+		declare bool
+	)
+	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Apply the embedded schema migrations (idempotent; safe while the fleet runs)",
-		Args:  cobra.NoArgs,
+		Short: "Apply the embedded schema migrations, and with --declare-topology declare the broker topology (idempotent; safe while the fleet runs)",
+		Long: `migrate applies the embedded schema migrations under an advisory lock. With
+--declare-topology it then declares the broker topology (exchanges, queues, bindings) as
+` + "`nudgectl broker declare`" + ` does, connecting with --amqp-url as a RabbitMQ user allowed to
+configure Nudge's names: the rest of the fleet only checks that the topology exists.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, pool, done, err := connect(cmd)
 			if err != nil {
@@ -89,12 +97,20 @@ func migrateCmd(connect connector) *cobra.Command {
 			}
 			if len(applied) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "applied migrations %v\n", applied)
+			}
+			if !declare {
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "applied migrations %v\n", applied)
-			return nil
+			return tf.declare(cmd.OutOrStdout())
 		},
 	}
+	f := cmd.Flags()
+	f.BoolVar(&declare, "declare-topology", false,
+		"also declare the broker topology, connecting with --amqp-url as a user allowed to configure it")
+	tf.register(f)
+	return cmd
 }
 
 // scheduleBatch is how many reminders one intake statement carries.

@@ -636,6 +636,7 @@ func checkCompose(file string, cs clis) []error {
 	if migrate == "" {
 		errs = append(errs, fmt.Errorf("%s: no service runs `nudgectl migrate`", base))
 	}
+	errs = append(errs, checkComposeDeclarer(res, migrate)...)
 	for _, name := range slices.Sorted(maps.Keys(res)) {
 		r, s := res[name], cf.Services[name]
 		deps := composeDeps(s.DependsOn)
@@ -1078,6 +1079,7 @@ func inspectBase(dir string, cs clis) (*baseInfo, []error) {
 		}
 	}
 	errs = append(errs, checkNetworkPolicies(objects, workloads)...)
+	errs = append(errs, checkK8sDeclarer(workloads)...)
 	errs = append(errs, checkPoolSizes(workloads)...)
 	return &baseInfo{objects: objects, secrets: secrets, workloads: workloads}, errs
 }
@@ -1745,7 +1747,11 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{name: "bogus variable", old: "NUDGE_SMTP_URL:", new: "NUDGE_SMTP_URI:", want: "NUDGE_SMTP_URI is not the variable of any flag of email-worker (did you mean NUDGE_SMTP_URL?)"},
 		{name: "variable of another binary", old: "NUDGE_FAKE_SMS_TOKEN:", new: "NUDGE_SMS_TOKEN:", want: "NUDGE_SMS_TOKEN is not the variable of any flag of fake-sms"},
 		{name: "unknown binary", old: `["dispatcher",`, new: `["dispatch",`, want: `"dispatch" is not a binary`},
-		{name: "missing subcommand", old: `["nudgectl", "migrate"]`, new: `["nudgectl"]`, want: "nudgectl needs a subcommand"},
+		{name: "missing subcommand", old: `["nudgectl", "migrate",`, new: `["nudgectl",`, want: "nudgectl needs a subcommand"},
+		{name: "nobody declares the topology", old: `["nudgectl", "migrate", "--declare-topology"]`, new: `["nudgectl", "migrate"]`,
+			want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker reconciler sms-worker] only check"},
+		{name: "declarer has no broker", old: "      NUDGE_AMQP_URL: amqp://nudge:nudge@rabbitmq:5672/\n    depends_on:\n      postgres:", new: "    depends_on:\n      postgres:",
+			want: "--amqp-url (from default) points at \"127.0.0.1\", which is not a service"},
 		{name: "bad duration", old: `"--every", "5s"`, new: `"--every", "5 seconds"`, want: `--every (from --every) = "5 seconds"`},
 		{name: "bad signing key", old: "dev:change-me-0123456789abcdef", new: "dev:short", want: "secret must be at least"},
 		{name: "bad SMTP URL", old: "smtp://mailpit:1025?tls=none", new: "smtp://mailpit:1025?tls=nope", want: "--smtp-url"},
@@ -1787,7 +1793,15 @@ func TestKustomizeCheckerCatches(t *testing.T) {
 		{name: "example secret deployed", file: "kustomization.yaml", old: "  - reconciler.yaml\n", new: "  - reconciler.yaml\n  - secret.example.yaml\n", want: "must not be a resource"},
 		{name: "unknown kind", file: "namespace.yaml", old: "kind: Namespace", new: "kind: Namespaces", want: "kind Namespaces is not one"},
 		{name: "missing name", file: "configmap.yaml", old: "name: nudge-config", new: "labelz: x", want: "lacks apiVersion, kind or metadata.name"},
-		{name: "unknown binary", file: "migrate-job.yaml", old: `["nudgectl", "migrate"]`, new: `["nudge-ctl", "migrate"]`, want: `"nudge-ctl" is not a binary`},
+		{name: "unknown binary", file: "migrate-job.yaml", old: `["nudgectl", "migrate",`, new: `["nudge-ctl", "migrate",`, want: `"nudge-ctl" is not a binary`},
+		{name: "migration does not declare", file: "migrate-job.yaml", old: `["nudgectl", "migrate", "--declare-topology"]`, new: `["nudgectl", "migrate"]`,
+			want: "must run `nudgectl migrate --declare-topology`"},
+		{name: "a worker declares", file: "sms-worker.yaml", old: `"--grace=25s"`, new: `"--grace=25s", "--declare-topology"`,
+			want: "--declare-topology (from --declare-topology) needs configure permission"},
+		{name: "declaring by environment", file: "configmap.yaml", old: "  NUDGE_LOG_LEVEL: info", new: "  NUDGE_LOG_LEVEL: info\n  NUDGE_DECLARE_TOPOLOGY: \"true\"",
+			want: "--declare-topology (from NUDGE_DECLARE_TOPOLOGY) needs configure permission"},
+		{name: "migration cannot reach the broker", file: "networkpolicy.yaml", old: `values: ["migrate", "dispatcher",`, new: `values: ["dispatcher",`,
+			want: "no NetworkPolicy allows egress to TCP 5671"},
 		{name: "selector matches nothing", file: "email-worker.yaml", old: "kind: Service\nmetadata:\n  name: nudge-email-worker\n  labels:\n    app.kubernetes.io/name: nudge\n    app.kubernetes.io/component: email-worker\nspec:\n  selector:\n    app.kubernetes.io/name: nudge\n    app.kubernetes.io/component: email-worker", new: "kind: Service\nmetadata:\n  name: nudge-email-worker\nspec:\n  selector:\n    app.kubernetes.io/name: nudge\n    app.kubernetes.io/component: emailworker", want: "matches no Deployment's pods"},
 	} {
 		t.Run(b.name, func(t *testing.T) {

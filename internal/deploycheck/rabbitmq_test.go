@@ -77,6 +77,7 @@ type defPermission struct {
 // The vhost and users the file must define.
 const (
 	mqVhost      = "nudge"
+	mqMigrate    = "nudge-migrate"
 	mqDispatcher = "nudge-dispatcher"
 	mqReconciler = "nudge-reconciler"
 	mqEmail      = "nudge-email-worker"
@@ -107,29 +108,25 @@ type access struct {
 
 // mqPolicy is what each user must be able to do, and what it must not.
 //
-// Every binary that talks to the broker declares the whole topology at start
-// (broker.Topology.Declare: both exchanges, every channel's work, dead-letter
-// and retry queues, and the bindings). Declaring a queue with
-// x-dead-letter-exchange also needs read on the queue and write on that
-// exchange (RabbitMQ checks it since 3.8, so that a declarer cannot siphon a
-// queue's messages off through its dead letters). So today every fleet user
-// needs read on every work and retry queue and write on both exchanges: the
-// dispatcher could consume nudge.email, and the email worker nudge.sms.
-// Closing that needs each binary to declare only what it uses (a worker its
-// own channel; the dispatcher and reconciler the exchanges, checking queues
-// passively); forcedByDeclare lists what that would let definitions.json
-// take away. Until then the regexes confine each user to Nudge's names in its
-// own vhost, keep dead letters to operators, the default exchange to the
-// workers, and give KEDA and the operator nothing else.
+// Only nudge-migrate declares the topology (nudgectl migrate
+// --declare-topology, broker.Topology.Declare): both exchanges, every
+// channel's work, dead-letter and retry queues, and the bindings. Declaring a
+// queue with x-dead-letter-exchange also needs read on the queue and write on
+// that exchange (RabbitMQ checks it when it creates the queue, so that a
+// declarer cannot siphon a queue's messages off through its dead letters).
+// The fleet only checks the topology with passive declares, which need no
+// permission (broker.Check), so it gets no configure at all: each user may
+// publish only where its binary publishes and consume only its own queue.
+// Write on a queue is denied to everyone but the declarer too: with read on
+// an exchange it would let a user add bindings.
 func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 	need, deny = map[string][]access{}, map[string][]access{}
-	var declare []access
 	for _, ex := range []string{topo.WorkExchange(), topo.DeadExchange()} {
-		declare = append(declare, access{"configure", ex, "declares the exchange"},
+		need[mqMigrate] = append(need[mqMigrate], access{"configure", ex, "declares the exchange"},
 			access{"read", ex, "binds queues to the exchange"})
 	}
 	for _, c := range topo.Channels {
-		declare = append(declare,
+		need[mqMigrate] = append(need[mqMigrate],
 			access{"configure", topo.Queue(c), "declares the queue"},
 			access{"write", topo.Queue(c), "binds the queue"},
 			access{"read", topo.Queue(c), "declares the queue with a dead-letter exchange"},
@@ -137,14 +134,16 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 			access{"configure", topo.DeadQueue(c), "declares the queue"},
 			access{"write", topo.DeadQueue(c), "binds the queue"})
 		for _, d := range topo.RetryTiers {
-			declare = append(declare,
+			need[mqMigrate] = append(need[mqMigrate],
 				access{"configure", topo.RetryQueue(c, d), "declares the retry tier"},
 				access{"read", topo.RetryQueue(c, d), "declares the retry tier with a dead-letter exchange"},
 				access{"write", topo.WorkExchange(), "declares " + topo.RetryQueue(c, d) + " dead-lettering to it"})
 		}
+		deny[mqMigrate] = append(deny[mqMigrate], access{"read", topo.DeadQueue(c), "dead letters are for operators"})
 	}
 	fleet := []string{mqDispatcher, mqReconciler, mqEmail, mqSMS}
-	all := append(slices.Clone(fleet), mqOperator, mqKEDA)
+	all := append([]string{mqMigrate}, fleet...)
+	all = append(all, mqOperator, mqKEDA)
 	// Names outside the topology nobody may touch.
 	foreign := []string{"nudge.other", "nudge.email.other", "other.email", "nudgeXwork", "amq.topic", "amq.direct",
 		"x" + topo.WorkExchange(), topo.WorkExchange() + "x", topo.Queue("email") + ".retry.1s.x"}
@@ -155,21 +154,37 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 			}
 		}
 	}
-	for _, u := range fleet {
-		need[u] = slices.Clone(declare)
-		for _, c := range topo.Channels {
-			deny[u] = append(deny[u], access{"read", topo.DeadQueue(c), "dead letters are for operators"})
+	exchanges := []string{topo.WorkExchange(), topo.DeadExchange()}
+	for _, u := range append(slices.Clone(fleet), mqOperator, mqKEDA) {
+		for _, n := range append(topo.Queues(), exchanges...) {
+			deny[u] = append(deny[u], access{"configure", n, "only the migration step declares (or deletes) the topology"})
+		}
+		for _, q := range topo.Queues() {
+			deny[u] = append(deny[u], access{"write", q, "could bind the queue"})
+		}
+		for _, ex := range exchanges {
+			deny[u] = append(deny[u], access{"read", ex, "could bind queues to the exchange"})
 		}
 	}
 	for _, u := range []string{mqDispatcher, mqReconciler} {
 		need[u] = append(need[u], access{"write", topo.WorkExchange(), "publishes work"})
-		deny[u] = append(deny[u], access{"write", "amq.default", "publishes only through " + topo.WorkExchange()})
+		deny[u] = append(deny[u], access{"write", "amq.default", "publishes only through " + topo.WorkExchange()},
+			access{"write", topo.DeadExchange(), "never dead-letters"})
+		for _, q := range topo.Queues() {
+			deny[u] = append(deny[u], access{"read", q, "publishes, never consumes"})
+		}
 	}
 	for u, own := range map[string]string{mqEmail: "email", mqSMS: "sms"} {
 		need[u] = append(need[u],
 			access{"read", topo.Queue(own), "consumes its channel's queue"},
 			access{"write", "amq.default", "publishes retries to the retry tiers by queue name"},
 			access{"write", topo.DeadExchange(), "dead-letters what it cannot verify or keeps failing"})
+		deny[u] = append(deny[u], access{"write", topo.WorkExchange(), "must not publish new work"})
+		for _, q := range topo.Queues() {
+			if q != topo.Queue(own) {
+				deny[u] = append(deny[u], access{"read", q, "consumes only " + topo.Queue(own)})
+			}
+		}
 	}
 	for _, c := range topo.Channels {
 		need[mqOperator] = append(need[mqOperator], access{"read", topo.DeadQueue(c), "inspects dead letters"})
@@ -180,30 +195,12 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 	}
 	need[mqOperator] = append(need[mqOperator], access{"write", topo.WorkExchange(), "replays dead letters"})
 	deny[mqOperator] = append(deny[mqOperator], access{"write", "amq.default", "replays through " + topo.WorkExchange()})
-	for _, n := range append(topo.Queues(), topo.WorkExchange(), topo.DeadExchange()) {
-		deny[mqOperator] = append(deny[mqOperator], access{"configure", n, "the fleet declares the topology"})
-		for _, p := range []string{"configure", "write", "read"} {
+	for _, n := range append(topo.Queues(), exchanges...) {
+		for _, p := range []string{"write", "read"} {
 			deny[mqKEDA] = append(deny[mqKEDA], access{p, n, "reads queue depth by passive declare, which needs no permission"})
 		}
 	}
 	return need, deny
-}
-
-// forcedByDeclare is what least privilege would deny and declaring the whole
-// topology forces definitions.json to grant (see mqPolicy). The live test
-// shows each is really granted, so this list and docs/deploy.md stay true.
-func forcedByDeclare(topo broker.Topology) map[string][]access {
-	out := map[string][]access{}
-	for _, u := range []string{mqDispatcher, mqReconciler} {
-		for _, c := range topo.Channels {
-			out[u] = append(out[u], access{"read", topo.Queue(c), "could consume work"})
-		}
-	}
-	for u, other := range map[string]string{mqEmail: "sms", mqSMS: "email"} {
-		out[u] = append(out[u], access{"read", topo.Queue(other), "could consume the other channel's work"},
-			access{"write", topo.WorkExchange(), "could publish new work"})
-	}
-	return out
 }
 
 // checkDefinitions checks definitions against the topology's real names.
@@ -299,19 +296,33 @@ func TestRabbitMQDefinitionsCheckerCatches(t *testing.T) {
 	t.Parallel()
 	topo := broker.Topology{}.WithDefaults()
 	for _, b := range []breakage{
-		{name: "fleet reads dead letters", old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`,
-			new:  `"read": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$"}`,
-			want: "user nudge-dispatcher must not have read on nudge.email.dead"},
-		{name: "dispatcher reads anything", old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`, new: `"read": "^nudge\\..*$"}`,
-			want: "user nudge-dispatcher must not have read on nudge.other"},
-		{name: "worker cannot publish retries", old: `"write": "^(amq\\.default|nudge\\.(work|dead|(email|sms)(\\.dead)?))$"`,
-			new: `"write": "^nudge\\.(work|dead|(email|sms)(\\.dead)?)$"`, want: "user nudge-email-worker needs write on amq.default"},
-		{name: "dispatcher writes the default exchange", old: `"write": "^nudge\\.(work|dead|(email|sms)(\\.dead)?)$"`,
-			new: `"write": "^(amq\\.default|nudge\\.(work|dead|(email|sms)(\\.dead)?))$"`, want: "user nudge-dispatcher must not have write on amq.default"},
+		{name: "dispatcher consumes work", old: `"configure": "^$", "write": "^nudge\\.work$", "read": "^$"}`,
+			new:  `"configure": "^$", "write": "^nudge\\.work$", "read": "^nudge\\.(email|sms)$"}`,
+			want: "user nudge-dispatcher must not have read on nudge.email (publishes, never consumes)"},
+		{name: "dispatcher writes the default exchange", old: `"configure": "^$", "write": "^nudge\\.work$"`,
+			new: `"configure": "^$", "write": "^(amq\\.default|nudge\\.work)$"`, want: "user nudge-dispatcher must not have write on amq.default"},
+		{name: "worker reads dead letters", old: `"read": "^nudge\\.email$"}`, new: `"read": "^nudge\\.email(\\.dead)?$"}`,
+			want: "user nudge-email-worker must not have read on nudge.email.dead"},
+		{name: "worker reads the other channel", old: `"read": "^nudge\\.email$"}`, new: `"read": "^nudge\\.(email|sms)$"}`,
+			want: "user nudge-email-worker must not have read on nudge.sms (consumes only nudge.email)"},
+		{name: "worker declares as it used to", old: `"configure": "^$", "write": "^(amq\\.default|nudge\\.dead)$"`,
+			new:  `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$", "write": "^(amq\\.default|nudge\\.dead)$"`,
+			want: "user nudge-email-worker must not have configure on nudge.email (only the migration step declares (or deletes) the topology)"},
+		{name: "worker cannot publish retries", old: `"write": "^(amq\\.default|nudge\\.dead)$"`, new: `"write": "^nudge\\.dead$"`,
+			want: "user nudge-email-worker needs write on amq.default"},
+		{name: "worker publishes new work", old: `"write": "^(amq\\.default|nudge\\.dead)$"`, new: `"write": "^(amq\\.default|nudge\\.(work|dead))$"`,
+			want: "user nudge-email-worker must not have write on nudge.work"},
+		{name: "worker binds its queue", old: `"write": "^(amq\\.default|nudge\\.dead)$"`, new: `"write": "^(amq\\.default|nudge\\.dead|nudge\\.email)$"`,
+			want: "user nudge-email-worker must not have write on nudge.email (could bind the queue)"},
 		{name: "retry tier not declarable", old: `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$"`,
-			new: `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead)?)$"`, want: "user nudge-dispatcher needs configure on nudge.email.retry.1s"},
+			new: `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead)?)$"`, want: "user nudge-migrate needs configure on nudge.email.retry.1s"},
 		{name: "dead-letter check forgotten", old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`,
 			new: `"read": "^nudge\\.(work|dead|(email|sms))$"}`, want: "needs read on nudge.email.retry.1s (declares the retry tier with a dead-letter exchange)"},
+		{name: "declarer reads dead letters", old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`,
+			new:  `"read": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$"}`,
+			want: "user nudge-migrate must not have read on nudge.email.dead"},
+		{name: "no declarer", old: `{"user": "nudge-migrate", "vhost": "nudge",`, new: `{"user": "nudge-migrate", "vhost": "other",`,
+			want: "user nudge-migrate has no permissions in vhost nudge"},
 		{name: "unanchored", old: `"write": "^nudge\\.work$"`, new: `"write": "nudge\\.work"`, want: "must be anchored"},
 		{name: "prefix match", old: `"write": "^nudge\\.work$"`, new: `"write": "^nudge\\.work"`, want: "must not have write on nudge.workx"},
 		{name: "administrator", old: `"tags": ["management"]`, new: `"tags": ["administrator"]`, want: "tag administrator"},
@@ -490,67 +501,115 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 
 	topo := broker.Topology{}.WithDefaults()
 	msg := amqp.Publishing{Body: []byte("deploycheck"), DeliveryMode: amqp.Persistent}
-	publish := func(exchange, key string) func(*amqp.Channel) error {
-		return func(ch *amqp.Channel) error {
-			return ch.PublishWithContext(ctx, exchange, key, false, false, msg)
-		}
-	}
-	consume := func(queue string) func(*amqp.Channel) error {
-		return func(ch *amqp.Channel) error {
-			_, err := ch.Consume(queue, "", false, false, false, false, nil)
-			return err
-		}
-	}
-	declare := func(ch *amqp.Channel) error { return topo.Declare(ch) }
-	inspect := func(queue string) func(*amqp.Channel) error {
-		return func(ch *amqp.Channel) error {
-			_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-			return err
-		}
-	}
+	// Each step runs on a connection of the user's own; channel steps on a
+	// fresh channel each (mqResult), since a refusal closes it.
 	type step struct {
 		what   string
-		action func(*amqp.Channel) error
+		action func(*amqp.Connection) error
 		ok     bool
+	}
+	onChannel := func(f func(*amqp.Channel) error) func(*amqp.Connection) error {
+		return func(conn *amqp.Connection) error { return mqResult(conn, f) }
+	}
+	publish := func(exchange, key string) func(*amqp.Connection) error {
+		return onChannel(func(ch *amqp.Channel) error {
+			return ch.PublishWithContext(ctx, exchange, key, false, false, msg)
+		})
+	}
+	consume := func(queue string) func(*amqp.Connection) error {
+		return onChannel(func(ch *amqp.Channel) error {
+			_, err := ch.Consume(queue, "", false, false, false, false, nil)
+			return err
+		})
+	}
+	declare := onChannel(topo.Declare)
+	declareQueue := func(queue string) func(*amqp.Connection) error {
+		return onChannel(func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+			return err
+		})
+	}
+	deleteQueue := func(queue string) func(*amqp.Connection) error {
+		return onChannel(func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(queue, false, false, false)
+			return err
+		})
+	}
+	bind := func(queue, exchange, key string) func(*amqp.Connection) error {
+		return onChannel(func(ch *amqp.Channel) error { return ch.QueueBind(queue, key, exchange, false, nil) })
+	}
+	// check is the binaries' own start-up check (passive declares).
+	check := func(u broker.Uses) func(*amqp.Connection) error {
+		return func(conn *amqp.Connection) error { return broker.Check(conn, u) }
+	}
+	inspect := func(queue string) func(*amqp.Connection) error {
+		return check(broker.Uses{Queues: []string{queue}})
 	}
 	retry := topo.RetryQueue("email", topo.RetryTiers[0])
 	steps := map[string][]step{
-		mqDispatcher: {
+		mqMigrate: {
 			{"declare the topology", declare, true},
-			{"publish to nudge.work", publish(topo.WorkExchange(), "email"), true},
-			{"publish to a retry tier", publish("", retry), false},
+			{"declare the topology again (idempotent)", declare, true},
 			{"consume nudge.email.dead", consume(topo.DeadQueue("email")), false},
-			{"declare a queue of its own", func(ch *amqp.Channel) error {
-				_, err := ch.QueueDeclare("nudge.other", true, false, false, false, nil)
-				return err
-			}, false},
+			{"declare a queue outside the topology", declareQueue("nudge.other"), false},
+		},
+		mqDispatcher: {
+			{"check what it uses at start", check(topo.PublisherUses()), true},
+			{"publish to nudge.work", publish(topo.WorkExchange(), "email"), true},
+			{"consume nudge.email", consume(topo.Queue("email")), false},
+			{"consume nudge.sms", consume(topo.Queue("sms")), false},
+			{"consume a retry tier", consume(retry), false},
+			{"consume nudge.email.dead", consume(topo.DeadQueue("email")), false},
+			{"publish to a retry tier", publish("", retry), false},
+			{"publish to nudge.dead", publish(topo.DeadExchange(), "email"), false},
+			{"declare the topology", declare, false},
+			{"re-declare nudge.email", declareQueue(topo.Queue("email")), false},
+			{"delete nudge.email", deleteQueue(topo.Queue("email")), false},
+			{"declare a queue of its own", declareQueue("nudge.other"), false},
 		},
 		mqReconciler: {
-			{"declare the topology", declare, true},
+			{"check what it uses at start", check(topo.PublisherUses()), true},
+			{"read the depth of the dead-letter queues", check(broker.Uses{Queues: []string{topo.DeadQueue("email"), topo.DeadQueue("sms")}}), true},
 			{"publish to nudge.work", publish(topo.WorkExchange(), "sms"), true},
+			{"consume nudge.sms", consume(topo.Queue("sms")), false},
 			{"consume nudge.sms.dead", consume(topo.DeadQueue("sms")), false},
 			{"publish to a retry tier", publish("", retry), false},
+			{"declare the topology", declare, false},
 		},
 		mqEmail: {
-			{"declare the topology", declare, true},
+			{"check what it uses at start", check(topo.WorkerUses("email")), true},
 			{"consume nudge.email", consume(topo.Queue("email")), true},
 			{"publish to a retry tier", publish("", retry), true},
 			{"publish to nudge.dead", publish(topo.DeadExchange(), "email"), true},
+			{"consume nudge.sms", consume(topo.Queue("sms")), false},
+			{"consume its own retry tier", consume(retry), false},
 			{"consume nudge.email.dead", consume(topo.DeadQueue("email")), false},
+			{"publish to nudge.work", publish(topo.WorkExchange(), "email"), false},
 			{"publish to amq.topic", publish("amq.topic", "x"), false},
+			{"declare the topology", declare, false},
+			{"re-declare its own queue", declareQueue(topo.Queue("email")), false},
+			{"delete its own queue", deleteQueue(topo.Queue("email")), false},
+			{"delete a retry tier", deleteQueue(retry), false},
+			{"bind its queue to nudge.dead", bind(topo.Queue("email"), topo.DeadExchange(), "sms"), false},
 		},
 		mqSMS: {
-			{"declare the topology", declare, true},
+			{"check what it uses at start", check(topo.WorkerUses("sms")), true},
 			{"consume nudge.sms", consume(topo.Queue("sms")), true},
+			{"publish to nudge.dead", publish(topo.DeadExchange(), "sms"), true},
+			{"consume nudge.email", consume(topo.Queue("email")), false},
 			{"consume nudge.sms.dead", consume(topo.DeadQueue("sms")), false},
+			{"re-declare its own queue", declareQueue(topo.Queue("sms")), false},
+			{"delete its own queue", deleteQueue(topo.Queue("sms")), false},
 		},
 		mqOperator: {
+			{"check the whole topology (nudgectl broker check)", check(topo.AllUses()), true},
 			{"consume nudge.email.dead", consume(topo.DeadQueue("email")), true},
 			{"publish to nudge.work", publish(topo.WorkExchange(), "email"), true},
 			{"consume nudge.email", consume(topo.Queue("email")), false},
 			{"consume a retry tier", consume(retry), false},
 			{"publish to a retry tier", publish("", retry), false},
 			{"declare the topology", declare, false},
+			{"delete nudge.email.dead", deleteQueue(topo.DeadQueue("email")), false},
 		},
 		mqKEDA: {
 			{"read the depth of nudge.email", inspect(topo.Queue("email")), true},
@@ -559,25 +618,20 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 			{"publish to nudge.work", publish(topo.WorkExchange(), "email"), false},
 		},
 	}
-	// What declaring the whole topology forces on the fleet, shown granted.
-	for u, as := range forcedByDeclare(topo) {
-		for _, a := range as {
-			s := step{what: a.perm + " " + a.name + " (granted only because every binary declares the whole topology: " + a.why + ")", ok: true}
-			switch a.perm {
-			case "read":
-				s.action = consume(a.name)
-			case "write":
-				s.action = publish(a.name, "email")
-			}
-			steps[u] = append(steps[u], s)
+	// Before anything is declared, the fleet's start-up check fails naming
+	// what is missing: the binaries stop instead of running half-wired.
+	t.Run("before the declaration", func(t *testing.T) {
+		err := check(topo.WorkerUses("email"))(dial(t, mqEmail))
+		if !errors.Is(err, broker.ErrTopologyMissing) || !strings.Contains(err.Error(), "queue "+topo.Queue("email")) {
+			t.Errorf("the email worker's start-up check on an empty vhost: %v, want it to name %s", err, topo.Queue("email"))
 		}
-	}
-	// Run in an order where the topology exists before it is used.
-	for _, name := range []string{mqDispatcher, mqReconciler, mqSMS, mqEmail, mqOperator, mqKEDA} {
+	})
+	// The declarer first, so that the topology exists before it is used.
+	for _, name := range []string{mqMigrate, mqDispatcher, mqReconciler, mqSMS, mqEmail, mqOperator, mqKEDA} {
 		t.Run(name, func(t *testing.T) {
 			conn := dial(t, name)
 			for _, s := range steps[name] {
-				err := mqResult(conn, s.action)
+				err := s.action(conn)
 				switch {
 				case s.ok && err != nil:
 					t.Errorf("%s must be able to %s: %v", name, s.what, err)

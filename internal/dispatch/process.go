@@ -24,8 +24,10 @@ type Process struct {
 	closers  []func()
 }
 
-// Start connects for component. m receives the Enqueuer's metrics (nil: none).
-// Close releases everything.
+// Start connects for component and checks (or, with --declare-topology,
+// declares) the broker topology, so a missing queue stops the process before
+// it claims anything. m receives the Enqueuer's metrics (nil: none). Close
+// releases everything.
 func Start(common *config.Common, component string, m *metrics.Metrics) (*Process, error) {
 	log, err := common.Logger(component)
 	if err != nil {
@@ -44,6 +46,11 @@ func Start(common *config.Common, component string, m *metrics.Metrics) (*Proces
 	}
 	p.closers = append(p.closers, p.Pool.Close)
 	actor := config.Actor(component)
+	// Both publish to the work exchange, which must route to every work queue.
+	if err := common.PrepareTopology(actor, broker.Topology.PublisherUses); err != nil {
+		p.Close()
+		return nil, err
+	}
 	pub := broker.NewPublisher(common.AMQPURL, common.Topology(), actor)
 	p.closers = append(p.closers, pub.Close)
 	p.Enqueuer = Enqueuer{

@@ -18,7 +18,9 @@ type Broker struct {
 }
 
 // RabbitMQ checks the broker is reachable, declares a topology under a
-// fresh prefix, and deletes it when the test ends.
+// fresh prefix, and deletes it when the test ends. It plays the migration
+// step: the workers, publishers and binaries under test only check that the
+// topology exists, as they do in production.
 func RabbitMQ(tb testing.TB) *Broker {
 	tb.Helper()
 	url := os.Getenv("NUDGE_TEST_AMQP_URL")

@@ -70,6 +70,7 @@ func (p *Process) Run(component string, newSender func() (provider.Sender, func(
 	w, err := New(cfg, Deps{
 		AMQPURL: p.Common.AMQPURL, Topology: p.Common.Topology(), Store: store.New(pool), Sender: sender,
 		Keys: keys, Clock: clock.Real{}, Log: log, Metrics: metrics.New(reg), Limiter: ratelimit.New(pool, lim),
+		DeclareTopology: p.Common.DeclareTopology,
 	})
 	if err != nil {
 		return err

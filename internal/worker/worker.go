@@ -122,6 +122,7 @@ type Worker struct {
 	cfg     Config
 	url     string
 	topo    broker.Topology
+	declare bool
 	store   *store.Store
 	sender  provider.Sender
 	keys    *message.Keyring
@@ -153,6 +154,10 @@ type Deps struct {
 	Metrics *metrics.Metrics
 	// Limiter grants fleet-wide send capacity (*ratelimit.Limiter). Nil: none.
 	Limiter Limiter
+	// DeclareTopology declares the whole topology on each connection instead
+	// of checking that the channel's queues and exchanges exist. Zero value:
+	// check only.
+	DeclareTopology bool
 }
 
 // Limiter grants up to want send tokens for a tenant's messages on a channel
@@ -172,7 +177,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		cfg.PoisonAfter = max(1, topo.DeliveryLimit-2)
 	}
 	w := &Worker{
-		cfg: cfg, url: d.AMQPURL, topo: topo, store: d.Store, sender: d.Sender, keys: d.Keys,
+		cfg: cfg, url: d.AMQPURL, topo: topo, declare: d.DeclareTopology, store: d.Store, sender: d.Sender, keys: d.Keys,
 		clock: d.Clock, log: d.Log, rand: d.Rand, m: d.Metrics, fleet: d.Limiter,
 		pub: broker.NewPublisher(d.AMQPURL, topo, cfg.Name+"-publisher"),
 	}
@@ -204,7 +209,9 @@ func (w *Worker) Counts() Counts {
 
 // Run consumes until ctx is canceled, reconnecting with backoff whenever the
 // broker connection is lost. On cancel it stops consuming, finishes and acks
-// what is in flight within Grace, and returns nil.
+// what is in flight within Grace, and returns nil. A missing queue or
+// exchange ends it with an error wrapping broker.ErrTopologyMissing: waiting
+// would not bring it back.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pub.Close()
 	backoff := 100 * time.Millisecond
@@ -214,6 +221,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.ready.Store(false)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, broker.ErrTopologyMissing) {
+			return err
 		}
 		if time.Since(started) > 30*time.Second {
 			backoff = 100 * time.Millisecond
@@ -235,12 +245,12 @@ func (w *Worker) session(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	if err := w.topo.Prepare(conn, w.declare, w.topo.WorkerUses(string(w.cfg.Channel))); err != nil {
+		return fmt.Errorf("preparing the broker topology: %w", err)
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("opening consume channel: %w", err)
-	}
-	if err := w.topo.Declare(ch); err != nil {
-		return err
 	}
 	if err := ch.Qos(w.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("setting prefetch: %w", err)

@@ -171,7 +171,8 @@ func run() error {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := nudgectl("migrate"); err != nil {
+	// The schema, and the broker topology the fleet only checks at start.
+	if out, err := nudgectl("migrate", "--declare-topology"); err != nil {
 		return fmt.Errorf("nudgectl migrate: %v\n%s", err, out)
 	}
 
