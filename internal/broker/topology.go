@@ -100,6 +100,19 @@ func (t Topology) Tier(want time.Duration) time.Duration {
 	return t.RetryTiers[len(t.RetryTiers)-1]
 }
 
+// TierAtMost returns the longest retry tier not longer than want, or 0 when
+// even the shortest is longer: a message waiting in hops of these tiers comes
+// back at or before its time, never after it.
+func (t Topology) TierAtMost(want time.Duration) time.Duration {
+	var best time.Duration
+	for _, d := range t.RetryTiers {
+		if d <= want {
+			best = max(best, d)
+		}
+	}
+	return best
+}
+
 // Queues lists every queue name, for cleanup and inspection.
 func (t Topology) Queues() []string {
 	var out []string

@@ -209,7 +209,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			break
 		}
 		batchStart := d.Clock.Now()
-		claimed, err := d.Store.ClaimDue(ctx, batchStart, sum.Cutoff, cfg.Batch, cfg.Lease, d.Actor)
+		claimed, more, err := d.Store.ClaimDueBatch(ctx, batchStart, sum.Cutoff, cfg.Batch, cfg.Lease, d.Actor)
 		if err != nil {
 			sum.Elapsed = d.Clock.Now().Sub(start)
 			return sum, err
@@ -236,8 +236,8 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			return sum, err
 		}
 		slowest = max(slowest, d.Clock.Now().Sub(batchStart))
-		if len(claimed) < cfg.Batch {
-			break
+		if !more {
+			break // rows released above stay for the next pass
 		}
 	}
 	sum.Elapsed = d.Clock.Now().Sub(start)

@@ -16,12 +16,13 @@ import (
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
-// Four SMS worker processes share one provider account limited to 50/s
-// (burst 10); tenant A may use 5/s, every other tenant 30/s. A has 5,000
-// reminders due, C and D 3,000 each, and B 200 due at the same moment. What
-// this slice guarantees: the limit is fleet-wide (four unshared limiters
-// would allow four times the rate), never exceeded over the run, and A is
-// held to its own allowance.
+// SMS worker processes share one provider account limited to 50/s (burst
+// 10); tenant A may use 5/s, every other tenant 30/s. A has 5,000 reminders
+// due, C and D 3,000 each, and B 200, all due at the same moment. One worker
+// runs for the first 12 s, four from then on. What the provider sees: at most
+// the rate plus the burst in any one-second window, the rate itself over 20
+// s and in each phase (one worker or four), A held to its own 5/s, and B
+// done at its fair share of the account, not after anyone's backlog.
 func TestFleetWideRateLimit(t *testing.T) {
 	t.Parallel()
 	f := newProcFleet(t, false)
@@ -53,11 +54,12 @@ func TestFleetWideRateLimit(t *testing.T) {
 	}
 	f.runOK(t, "dispatcher")
 	start := time.Now()
-	var workers []*testenv.Proc
-	for range 4 {
-		workers = append(workers, f.start(t, "sms-worker", f.env(), "--limits", limits, "--batch", "20"))
+	workers := []*testenv.Proc{f.start(t, "sms-worker", f.env(), "--limits", limits)}
+	time.Sleep(12 * time.Second)
+	for range 3 {
+		workers = append(workers, f.start(t, "sms-worker", f.env(), "--limits", limits))
 	}
-	time.Sleep(25 * time.Second)
+	time.Sleep(14 * time.Second)
 	for _, w := range workers {
 		stop(t, w)
 	}
@@ -81,34 +83,37 @@ func TestFleetWideRateLimit(t *testing.T) {
 	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
 	require.NotEmpty(t, times)
 	first := times[0]
-	// Every one-second window: at most the rate plus the burst.
-	worst := 0
-	for i, t0 := range times {
-		j := sort.Search(len(times), func(k int) bool { return !times[k].Before(t0.Add(time.Second)) })
-		worst = max(worst, j-i)
+	count := func(from, to time.Time) int {
+		i := sort.Search(len(times), func(k int) bool { return !times[k].Before(from) })
+		j := sort.Search(len(times), func(k int) bool { return !times[k].Before(to) })
+		return j - i
 	}
 	perSecond := map[int]int{}
 	for _, ts := range times {
 		perSecond[int(ts.Sub(first)/time.Second)]++
 	}
 	t.Logf("sends per second from the first: %v", perSecond)
-	// Tokens are granted at most rate × window + burst (60) in any second;
-	// what the provider sees can bunch by the grant-to-send time on a loaded
-	// machine (seen here: up to 76; 100 allowed). The strict provider-side bound is the
-	// next slice (acquire after the claim, right before the send); until then
-	// this catches a limiter that is not fleet-wide (four workers unshared
-	// would reach 240).
-	require.LessOrEqual(t, worst, 100, "some second saw %d sends", worst)
-	in20 := sort.Search(len(times), func(k int) bool { return !times[k].Before(first.Add(20 * time.Second)) })
-	require.LessOrEqual(t, in20, 1000+10+50, "sends in the first 20 s: never above the rate")
-	// Tenant A kept to its own allowance.
+	worst := 0
+	for _, t0 := range times {
+		worst = max(worst, count(t0, t0.Add(time.Second)))
+	}
+	in20 := count(first, first.Add(20*time.Second))
+	// One worker, then four: the same rate (seconds 2-12 and 14-24 after start).
+	one := float64(count(start.Add(2*time.Second), start.Add(12*time.Second))) / 10
+	four := float64(count(start.Add(14*time.Second), start.Add(24*time.Second))) / 10
+	t.Logf("worst second %d sends; first 20 s %d; 1 worker %.1f/s, 4 workers %.1f/s; A %d; B %d of 200, done %s after start",
+		worst, in20, one, four, aCount, bCount, bDone.Sub(start).Round(100*time.Millisecond))
+
+	require.LessOrEqual(t, worst, 50+10, "a one-second window saw more than the rate plus the burst")
+	require.InDelta(t, 1000, in20, 50, "20 s at 50/s, within 5%")
+	require.InDelta(t, 50, one, 2.5, "one worker: the account's rate")
+	require.InDelta(t, 50, four, 2.5, "four workers: the same rate")
+	// Tenant A kept to its own allowance over the run (26 s, plus its burst).
 	require.LessOrEqual(t, aCount, 5*26+1)
-	// Fairness between tenants that compete for the same account (B against
-	// C and D) is not enforced yet: B's share varies from run to run (45 to
-	// 200 of its 200 within the run here). Logged, not asserted, until the
-	// next slice (docs/rate-limits.md, known gaps).
-	require.Positive(t, bCount, "B is not starved outright")
-	t.Logf("B delivered %d of 200", bCount)
-	t.Logf("worst second %d sends; first 20 s %d sends; A %d; B done after %s", worst, in20, aCount,
-		bDone.Sub(start).Round(100*time.Millisecond))
+	// B competes with C and D (A takes its 5/s): its fair share of the
+	// account is (50-5)/3 = 15/s, so its 200 need 13.3 s once asked for.
+	// Allow 4 s for the dispatcher's backlog ahead of B to pass through the
+	// single worker once (it is deferred, not sent) and 2 s of slack.
+	require.Equal(t, 200, bCount, "all of B delivered within the run")
+	require.Less(t, bDone.Sub(start), 20*time.Second, "B done at its fair share")
 }

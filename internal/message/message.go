@@ -44,6 +44,9 @@ type Envelope struct {
 	Attempt int `json:"attempt"`
 	// FirstSeen is when the first message for this fence lineage was published.
 	FirstSeen time.Time `json:"first_seen"`
+	// NotBefore is a rate-limited message's turn: until then it keeps
+	// waiting in the retry tiers without asking the limiter again.
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
 
 // Errors from Open. All mean the message must be dead-lettered, never processed.

@@ -1,20 +1,25 @@
 // Package ratelimit enforces provider and tenant capacity across the whole
 // fleet. A limit that each replica enforced alone would break the moment the
-// Deployment scales, so the state lives in PostgreSQL (table rate_limits, one
-// GCRA theoretical arrival time per key) and a worker takes the tokens for a
-// whole batch in one round trip (nudge_rate_acquire). A message that gets no
-// token is not waited for: the worker hands it back through a retry tier
-// until the time the limiter says a token will be free, or expires it as
-// rate_limited when that is past its deadline.
+// Deployment scales, so the state lives in PostgreSQL and a worker reserves
+// the slots for a tenant's part of a batch in one round trip
+// (nudge_rate_reserve, migration 0006).
 //
-// Accuracy: a token is spent when granted, and a worker sends the messages it
-// was granted tokens for at once. The grant-to-send time varies (a claim
-// statement, an HTTP call), so sends granted at the end of one window can land
-// in the next; the limiter keeps rate × SendJitter tokens of the burst back
-// for that, and the provider sees at most rate × window + burst in any window
-// as long as grant-to-send stays under SendJitter. Tokens granted for sends
-// that then fail are not returned: under failures the observed rate is below
-// the limit, never above.
+// An account's capacity is handed out as send slots in time order (GCRA), at
+// most Horizon ahead; the worker sends each granted message at its slot, so
+// what the provider sees is paced, not bunched. Each flow (a channel's tenant)
+// may take only its max-min fair share of the account among the flows that
+// asked recently, capped by its own limit: a tenant with a large backlog
+// cannot crowd out a small one. A message that gets no slot is not waited
+// for: the worker hands it back through the retry tiers until its turn (new
+// messages queue behind the flow's earlier deferred ones), or expires it as
+// rate_limited when its turn is at or past its deadline.
+//
+// Accuracy: slots never exceed rate × window + burst in any window. A send
+// reaches the provider at its slot or later (never earlier): late by the claim
+// statement for a slot that was due at once, or by a busy CPU. The account
+// keeps rate × SendJitter tokens of its burst back for that. Slots granted for
+// sends that then fail are not returned: under failures the observed rate is
+// below the limit, never above.
 package ratelimit
 
 import (
@@ -25,7 +30,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -120,23 +124,40 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// SendJitter is the headroom kept for the time between a token's grant and
-// its send reaching the provider (the claim statement, the HTTP call): sends
-// granted in one window can land in the next, so the limiter holds back
-// rate × SendJitter tokens of the burst (never the last one) and the
-// provider still sees at most rate × window + burst in any window.
-const SendJitter = 50 * time.Millisecond
+// SendJitter is the headroom kept for a send that reaches the provider
+// later than its slot (the claim statement before it, a busy CPU, the HTTP
+// call): a late send can land in the next window, so the account holds back
+// rate × SendJitter tokens of its burst (never the last one).
+const SendJitter = 100 * time.Millisecond
+
+// Tuning of the reservation (see nudge_rate_reserve, migration 0006).
+const (
+	// Lead is the earliest a slot starts after it is reserved: the worker's
+	// time to claim the attempt before sending.
+	Lead = 50 * time.Millisecond
+	// Horizon is how far ahead a slot may be reserved: the longest a worker
+	// holds a granted message before sending it. Everything that would wait
+	// longer is handed back instead.
+	Horizon = 250 * time.Millisecond
+	// Active is how long a flow keeps its share of the account after the
+	// turn of its last waiting message: a deferred message comes back at its
+	// turn or a little after (a tier hop, a busy queue).
+	Active = time.Second
+	// Bank is how much of its share a flow may save up, so that a flow whose
+	// messages come back in bunches does not lose its share in between.
+	Bank = 500 * time.Millisecond
+)
 
 func (l Limit) effectiveBurst() int {
 	return max(1, l.Burst-int(math.Ceil(l.Rate*SendJitter.Seconds())))
 }
 
-// Querier runs the acquire statement (a pool).
+// Querier runs the reserve statement (a pool).
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Limiter grants tokens from the shared state.
+// Limiter grants send slots from the shared state.
 type Limiter struct {
 	db  Querier
 	cfg Config
@@ -148,65 +169,64 @@ func New(db Querier, cfg Config) *Limiter { return &Limiter{db: db, cfg: cfg} }
 // Config returns the active configuration.
 func (l *Limiter) Config() Config { return l.cfg }
 
-type key struct {
-	name  string
-	limit Limit
-}
-
-func (l *Limiter) keys(channel, tenant string) []key {
-	cl, ok := l.cfg.Channels[channel]
-	if !ok {
-		return nil
-	}
-	keys := []key{{name: "account:" + cl.Account, limit: cl.Limit}}
-	if tl, ok := cl.Tenants[tenant]; ok {
-		keys = append(keys, key{name: "tenant:" + channel + ":" + tenant, limit: tl})
-	} else if dl, ok := cl.Tenants["default"]; ok {
-		keys = append(keys, key{name: "tenant:" + channel + ":" + tenant, limit: dl})
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].name < keys[j].name })
-	return keys
-}
-
 // Grant is what Acquire gave.
 type Grant struct {
-	// Granted tokens, 0..want.
-	Granted int
-	// RetryAt is when the next token will be free (zero when all were granted).
-	RetryAt time.Time
-	// Spacing is the refill interval of the tightest key: the k-th message
-	// beyond RetryAt can expect a token about k × Spacing later.
+	// Slots are the send times reserved, one per granted message, in order:
+	// the first len(Slots) messages asked for are sent, each at its slot
+	// (at most Horizon ahead). Nil: the channel is not limited, send all now.
+	Slots []time.Time
+	// Unlimited: the channel has no limits; everything is granted.
+	Unlimited bool
+	// NextAt is when the flow can next be granted a slot: the turn of the
+	// first message that waited before and got none.
+	NextAt time.Time
+	// QueueAt is the turn of the first new message that got none: behind the
+	// flow's messages deferred earlier.
+	QueueAt time.Time
+	// Spacing is the flow's interval at its current share: the k-th message
+	// past NextAt or QueueAt can expect its turn k × Spacing later.
 	Spacing time.Duration
+	// Share is the flow's rate now, sends per second.
+	Share float64
 }
 
-// Acquire asks for want tokens for sends of tenant on channel at now.
-// Without limits for the channel everything is granted.
-func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant string, want int) (Grant, error) {
-	keys := l.keys(channel, tenant)
-	if len(keys) == 0 || want <= 0 {
-		return Grant{Granted: want}, nil
+// Granted is how many messages got a slot.
+func (g Grant) Granted(want int) int {
+	if g.Unlimited {
+		return want
 	}
-	var spacing time.Duration
-	for _, k := range keys {
-		spacing = max(spacing, time.Duration(float64(time.Second)/k.limit.Rate))
+	return len(g.Slots)
+}
+
+// Acquire reserves send slots for want messages of tenant on channel at now,
+// in one round trip. The first want-fresh messages are ones that waited
+// before (they are served first); the last fresh are new. Without limits
+// for the channel everything is granted.
+func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant string, want, fresh int) (Grant, error) {
+	cl, ok := l.cfg.Channels[channel]
+	if !ok || want <= 0 {
+		return Grant{Unlimited: true}, nil
 	}
-	names := make([]string, len(keys))
-	intervals := make([]int64, len(keys))
-	bursts := make([]int32, len(keys))
-	for i, k := range keys {
-		names[i] = k.name
-		intervals[i] = int64(math.Round(1e6 / k.limit.Rate))
-		bursts[i] = int32(k.limit.effectiveBurst())
+	var capRate *float64
+	flowBurst := 1
+	if tl, ok := cl.Tenants[tenant]; ok {
+		capRate, flowBurst = &tl.Rate, tl.Burst
+	} else if dl, ok := cl.Tenants["default"]; ok {
+		capRate, flowBurst = &dl.Rate, dl.Burst
 	}
-	var granted int
-	var retry *time.Time
-	if err := l.db.QueryRow(ctx, `SELECT granted, retry_at FROM nudge_rate_acquire($1, $2, $3, $4, $5)`,
-		names, intervals, bursts, want, now).Scan(&granted, &retry); err != nil {
-		return Grant{}, fmt.Errorf("acquiring %d %s tokens for %s: %w", want, channel, tenant, err)
+	var g Grant
+	var next, queue time.Time
+	if err := l.db.QueryRow(ctx, `SELECT slots, share, next_at, queue_at
+		  FROM nudge_rate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		cl.Account, cl.Rate, cl.effectiveBurst(), channel+":"+tenant, capRate, flowBurst,
+		want, min(max(fresh, 0), want), now, Lead, Horizon, Active, Bank,
+	).Scan(&g.Slots, &g.Share, &next, &queue); err != nil {
+		return Grant{}, fmt.Errorf("reserving %d %s slots for %s: %w", want, channel, tenant, err)
 	}
-	g := Grant{Granted: granted, Spacing: spacing}
-	if retry != nil {
-		g.RetryAt = *retry
+	g.NextAt, g.QueueAt = next, queue
+	g.Spacing = time.Duration(float64(time.Second) / g.Share)
+	if g.Slots == nil {
+		g.Slots = []time.Time{}
 	}
 	return g, nil
 }

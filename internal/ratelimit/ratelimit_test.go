@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"sort"
 	"testing"
 	"time"
 
@@ -32,50 +33,115 @@ func TestParseNamesTheOffendingKey(t *testing.T) {
 	require.Equal(t, "2026-11-30.1", c.Version)
 }
 
-func TestAcquireIsGCRAAcrossKeys(t *testing.T) {
+func TestReserveSlotsIsGCRAWithinTheHorizon(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	ctx := context.Background()
-	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"sms":{"account":"acct","rate":10,"burst":3,
-		"tenants":{"slow":{"rate":1,"burst":1}}}}}`))
+	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"sms":{"account":"acct","rate":10,"burst":3}}}`))
+	require.NoError(t, err)
+	l := ratelimit.New(db.Pool, cfg)
+	t0 := time.Date(2026, 8, 12, 9, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+
+	// The account's burst (3, less one token of headroom for late sends) at
+	// once after the lead, then one slot per 100 ms, never more than 250 ms
+	// ahead.
+	g, err := l.Acquire(ctx, t0, "sms", "fast", 5, 5)
+	require.NoError(t, err)
+	require.Equal(t, []time.Time{ms(50), ms(50), ms(100), ms(200)}, utc(g.Slots))
+	require.Equal(t, ms(50), g.NextAt.UTC(), "the 300 ms slot can be reserved from 50 ms")
+	require.Equal(t, ms(50), g.QueueAt.UTC())
+	require.Equal(t, 10.0, g.Share)
+	require.Equal(t, 100*time.Millisecond, g.Spacing)
+
+	g, err = l.Acquire(ctx, ms(50), "sms", "fast", 1, 1)
+	require.NoError(t, err)
+	require.Equal(t, []time.Time{ms(300)}, utc(g.Slots))
+
+	// New messages that get nothing queue behind the ones deferred before.
+	g, err = l.Acquire(ctx, ms(60), "sms", "fast", 3, 3)
+	require.NoError(t, err)
+	require.Empty(t, g.Slots)
+	g2, err := l.Acquire(ctx, ms(70), "sms", "fast", 1, 1)
+	require.NoError(t, err)
+	require.Empty(t, g2.Slots)
+	require.Equal(t, g.QueueAt.Add(3*g.Spacing).UTC(), g2.QueueAt.UTC())
+
+	// Channels without limits are not limited.
+	g, err = l.Acquire(ctx, t0, "email", "x", 1000, 1000)
+	require.NoError(t, err)
+	require.Equal(t, 1000, g.Granted(1000))
+}
+
+// Flows that keep asking share the account max-min fairly, whatever they
+// ask for; a flow's own limit caps its share and leaves the rest to the
+// others; a flow that stops asking gives its share back.
+func TestReserveSharesTheAccountFairly(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"sms":{"account":"acct","rate":20,"burst":2,
+		"tenants":{"capped":{"rate":2,"burst":1}}}}}`))
 	require.NoError(t, err)
 	l := ratelimit.New(db.Pool, cfg)
 	t0 := time.Date(2026, 8, 12, 9, 0, 0, 0, time.UTC)
 
-	g, err := l.Acquire(ctx, t0, "sms", "fast", 5)
-	require.NoError(t, err)
-	require.Equal(t, 2, g.Granted, "the account's burst, less the jitter headroom")
-	require.Equal(t, t0.Add(100*time.Millisecond), g.RetryAt.UTC())
-
-	g, err = l.Acquire(ctx, t0.Add(50*time.Millisecond), "sms", "fast", 1)
-	require.NoError(t, err)
-	require.Zero(t, g.Granted, "no token before the refill")
-
-	// One second later the account has refilled, but not beyond its burst.
-	g, err = l.Acquire(ctx, t0.Add(time.Second), "sms", "fast", 5)
-	require.NoError(t, err)
-	require.Equal(t, 2, g.Granted)
-
-	// A tenant's own limit binds below the account's: every key grants the same.
-	g, err = l.Acquire(ctx, t0.Add(2*time.Second), "sms", "slow", 5)
-	require.NoError(t, err)
-	require.Equal(t, 1, g.Granted)
-	require.Equal(t, time.Second, g.Spacing)
-	g, err = l.Acquire(ctx, t0.Add(2*time.Second+100*time.Millisecond), "sms", "fast", 1)
-	require.NoError(t, err)
-	require.Equal(t, 1, g.Granted, "the slow tenant took one account token, not five")
-
-	// Over 20 seconds of steady demand, the account grants its rate (plus the burst).
-	total := 0
-	for ms := 0; ms < 20000; ms += 50 {
-		g, err := l.Acquire(ctx, t0.Add(10*time.Second+time.Duration(ms)*time.Millisecond), "sms", "fast", 5)
+	got := map[string]int{}
+	var slots []time.Time
+	// Each flow has a backlog: what it asks for are messages that waited
+	// before (fresh = 0), as they come back at their turns.
+	ask := func(at time.Time, tenant string, want int) {
+		g, err := l.Acquire(ctx, at, "sms", tenant, want, 0)
 		require.NoError(t, err)
-		total += g.Granted
+		got[tenant] += len(g.Slots)
+		slots = append(slots, g.Slots...)
 	}
-	require.InDelta(t, 200, total, 3)
+	// 20 s: "big" asks for 50 every 50 ms, "small" for 2, "capped" for 5,
+	// in turns (workers ask independently; none is always first).
+	flows := []struct {
+		tenant string
+		want   int
+	}{{"big", 50}, {"small", 2}, {"capped", 5}}
+	for step := range 400 {
+		at := t0.Add(time.Duration(step) * 50 * time.Millisecond)
+		for k := range flows {
+			f := flows[(step+k)%len(flows)]
+			ask(at, f.tenant, f.want)
+		}
+	}
+	t.Logf("20 s of contention: %v", got)
+	// capped takes its own 2/s (less up to a tenth: with a burst of 1 it
+	// cannot bank a slot it found taken); big and small split the rest.
+	require.GreaterOrEqual(t, got["capped"], 35)
+	require.LessOrEqual(t, got["capped"], 41)
+	require.InDelta(t, 180, got["big"], 12)
+	require.InDelta(t, 180, got["small"], 12)
+	require.InDelta(t, 400, got["big"]+got["small"]+got["capped"], 4, "the account's rate, all of it used")
+	// No one-second window of slots holds more than the rate plus the burst.
+	sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
+	for i, s0 := range slots {
+		j := sort.Search(len(slots), func(k int) bool { return !slots[k].Before(s0.Add(time.Second)) })
+		require.LessOrEqual(t, j-i, 22, "window from %s", s0)
+	}
 
-	// Channels without limits are not limited.
-	g, err = l.Acquire(ctx, t0, "email", "x", 1000)
-	require.NoError(t, err)
-	require.Equal(t, 1000, g.Granted)
+	// small and capped stop asking (their last waiting messages had turns up
+	// to 2.5 s ahead: capped's fifth at 2/s): ratelimit.Active after those,
+	// big has it all.
+	clear(got)
+	later := t0.Add(20*time.Second + 2500*time.Millisecond + ratelimit.Active)
+	for step := range 100 {
+		ask(later.Add(time.Duration(step)*50*time.Millisecond), "big", 50)
+	}
+	// 5 s at the account's whole rate, plus its burst and the slots reserved
+	// up to the horizon ahead of the last ask.
+	require.GreaterOrEqual(t, got["big"], 100)
+	require.LessOrEqual(t, got["big"], 100+2+int(20*ratelimit.Horizon.Seconds())+1)
+}
+
+func utc(ts []time.Time) []time.Time {
+	out := make([]time.Time, len(ts))
+	for i, t := range ts {
+		out[i] = t.UTC()
+	}
+	return out
 }

@@ -7,13 +7,40 @@
 
 -- name: ClaimDue
 -- pending rows due before the run's fixed cutoff become leased under a new
--- fence; those already past their deadline become expired instead.
-WITH due AS (
-    SELECT id, state AS old_state
-      FROM reminders
-     WHERE state = 'pending' AND due_at <= @cutoff
-     ORDER BY due_at, id
-     LIMIT @limit
+-- fence; those already past their deadline become expired instead. A batch
+-- takes an even part from every tenant with due rows (round robin, each
+-- tenant's in due order), so a tenant's large backlog is published
+-- interleaved with the other tenants' reminders, not ahead of them. The
+-- tenants are found by a skip scan of reminders_pending_tenant: one index
+-- probe per tenant with pending rows.
+WITH RECURSIVE tenants(tenant) AS (
+    (SELECT r.tenant FROM reminders r WHERE r.state = 'pending' ORDER BY r.tenant LIMIT 1)
+  UNION ALL
+    SELECT (SELECT r.tenant FROM reminders r
+             WHERE r.state = 'pending' AND r.tenant > t.tenant ORDER BY r.tenant LIMIT 1)
+      FROM tenants t
+     WHERE t.tenant IS NOT NULL
+), due_tenants AS (
+    SELECT t.tenant FROM tenants t
+     WHERE t.tenant IS NOT NULL
+       AND EXISTS (SELECT 1 FROM reminders r
+                    WHERE r.state = 'pending' AND r.tenant = t.tenant AND r.due_at <= @cutoff)
+), quota AS (
+    SELECT greatest(1, ceil(@limit::float8 / count(*)))::bigint AS n FROM due_tenants
+), picks AS (
+    SELECT p.id, p.due_at, p.turn
+      FROM due_tenants t
+     CROSS JOIN LATERAL (
+           SELECT r.id, r.due_at, row_number() OVER (ORDER BY r.due_at, r.id) AS turn
+             FROM reminders r
+            WHERE r.state = 'pending' AND r.tenant = t.tenant AND r.due_at <= @cutoff
+            ORDER BY r.due_at, r.id
+            LIMIT (SELECT n FROM quota)) p
+), due AS (
+    SELECT r.id, r.state AS old_state
+      FROM reminders r
+     WHERE r.id IN (SELECT id FROM picks ORDER BY turn, due_at, id LIMIT @limit)
+       AND r.state = 'pending' AND r.due_at <= @cutoff
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE reminders r
@@ -33,7 +60,10 @@ WITH due AS (
            CASE state WHEN 'expired' THEN 'deadline passed before dispatch' ELSE 'claimed for dispatch' END, @now
       FROM claimed
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at FROM claimed;
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at,
+       -- more: some tenant filled its part, so due rows may be left
+       EXISTS (SELECT 1 FROM picks, quota WHERE picks.turn = quota.n) AS more
+  FROM claimed;
 
 -- name: Reclaim
 -- The reconciler's republish: rows whose message is presumed lost (enqueued or
@@ -271,15 +301,16 @@ WITH o AS (
 SELECT id FROM upd;
 
 -- name: Defer
--- A message handed back to wait for capacity: its reminder stays where it
--- is, under the same fence, but the clock the reconciler watches restarts so
--- the wait is not mistaken for a lost message.
+-- Messages handed back to wait for capacity, each until its turn: their
+-- reminders stay where they are, under the same fence, but the clock the
+-- reconciler watches restarts at the turn, so the wait (however many retry
+-- tiers it takes) is not mistaken for a lost message.
 WITH m AS (
-    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @untils::timestamptz[]) AS m(id, fence, until)
 )
 UPDATE reminders r
-   SET enqueued_at = CASE WHEN r.state = 'enqueued' THEN @now::timestamptz ELSE r.enqueued_at END,
-       next_attempt_at = CASE WHEN r.state = 'retrying' THEN @until::timestamptz ELSE r.next_attempt_at END,
+   SET enqueued_at = CASE WHEN r.state = 'enqueued' THEN m.until ELSE r.enqueued_at END,
+       next_attempt_at = CASE WHEN r.state = 'retrying' THEN m.until ELSE r.next_attempt_at END,
        updated_at = @now
   FROM m
  WHERE r.id = m.id AND r.fence = m.fence AND r.state IN ('enqueued', 'retrying')

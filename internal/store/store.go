@@ -67,21 +67,35 @@ func collectClaimed(rows pgx.Rows, now time.Time) ([]Claimed, error) {
 	})
 }
 
-// ClaimDue leases up to limit pending reminders due at or before cutoff, in
-// due order, skipping rows another claimer holds. Reminders already at or
-// past their deadline are expired instead and returned with State Expired.
+// ClaimDue leases up to limit pending reminders due at or before cutoff,
+// skipping rows another claimer holds: an even part from every tenant with
+// due rows, each tenant's in due order. Reminders already at or past their
+// deadline are expired instead and returned with State Expired.
 func (s *Store) ClaimDue(ctx context.Context, now, cutoff time.Time, limit int, lease time.Duration, actor string) ([]Claimed, error) {
+	out, _, err := s.ClaimDueBatch(ctx, now, cutoff, limit, lease, actor)
+	return out, err
+}
+
+// ClaimDueBatch is ClaimDue that also says whether due rows may be left: a
+// batch is short both when nothing more is due and when one tenant ran out
+// before the others, so its length alone cannot tell.
+func (s *Store) ClaimDueBatch(ctx context.Context, now, cutoff time.Time, limit int, lease time.Duration, actor string) (claimed []Claimed, more bool, err error) {
 	rows, err := s.pool.Query(ctx, query("ClaimDue"), pgx.NamedArgs{
 		"now": now, "cutoff": cutoff, "limit": limit, "lease_until": now.Add(lease), "actor": actor,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claiming due reminders: %w", err)
+		return nil, false, fmt.Errorf("claiming due reminders: %w", err)
 	}
-	out, err := collectClaimed(rows, now)
+	claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		c := Claimed{ClaimedAt: now}
+		err := r.Scan(&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline, &c.Attempts,
+			&c.DueAt, &more)
+		return c, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("claiming due reminders: %w", err)
+		return nil, false, fmt.Errorf("claiming due reminders: %w", err)
 	}
-	return out, nil
+	return claimed, more || len(claimed) == limit, nil
 }
 
 // MaxRepublishes bounds how often the reconciler republishes one reminder;
@@ -180,13 +194,13 @@ func (s *Store) Quarantine(ctx context.Context, now time.Time, fs []Fenced, acto
 	})
 }
 
-// Defer records that messages were handed back to wait for capacity until
-// until: enqueued rows restart their overdue clock, retrying ones move their
-// next attempt time.
-func (s *Store) Defer(ctx context.Context, now, until time.Time, fs []Fenced) (map[int64]bool, error) {
+// Defer records that messages were handed back to wait for capacity, each
+// until its turn (untils[i] for fs[i]): enqueued rows restart their overdue
+// clock there, retrying ones move their next attempt time there.
+func (s *Store) Defer(ctx context.Context, now time.Time, fs []Fenced, untils []time.Time) (map[int64]bool, error) {
 	ids, fences := split(fs)
 	return s.ids(ctx, "deferring reminders", "Defer", pgx.NamedArgs{
-		"now": now, "until": until, "ids": ids, "fences": fences,
+		"now": now, "untils": untils, "ids": ids, "fences": fences,
 	})
 }
 

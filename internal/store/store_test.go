@@ -88,6 +88,66 @@ func TestClaimDueRespectsCutoffDeadlineAndLimit(t *testing.T) {
 	require.Len(t, got, 1)
 }
 
+// A tenant's backlog does not go ahead of other tenants' reminders due at
+// the same time: each batch takes an even part from every tenant with due
+// rows, each in due order, and says whether rows may be left.
+func TestClaimDueIsRoundRobinAcrossTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	var reqs []intake.Request
+	add := func(tenant string, n int) {
+		for i := range n {
+			reqs = append(reqs, intake.Request{Tenant: tenant, Key: fmt.Sprint("k", i), Channel: reminder.SMS,
+				Recipient: "+14155550100", Template: "course-expiry",
+				DueAt: now.Add(-time.Hour).Add(time.Duration(i) * time.Second), Deadline: now.Add(time.Hour)})
+		}
+	}
+	add("big", 300) // scheduled first, due first
+	add("small", 7)
+	add("mid", 40)
+	_, err := intake.ScheduleMany(ctx, b.db.Pool, reqs)
+	require.NoError(t, err)
+
+	per := func(cs []store.Claimed) map[string]int {
+		m := map[string]int{}
+		for _, c := range cs {
+			m[c.Tenant]++
+		}
+		return m
+	}
+	got, more, err := b.st.ClaimDueBatch(ctx, now, now, 30, time.Minute, "d")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"big": 10, "small": 7, "mid": 10}, per(got),
+		"ten each, short of 30 because small ran out")
+	require.True(t, more, "a short batch with rows left says so")
+	first := map[string]time.Time{}
+	for _, c := range got {
+		if f, ok := first[c.Tenant]; !ok || c.DueAt.Before(f) {
+			first[c.Tenant] = c.DueAt
+		}
+	}
+	require.Equal(t, now.Add(-time.Hour), first["big"].UTC(), "each tenant's part in due order")
+
+	got, more, err = b.st.ClaimDueBatch(ctx, now, now, 30, time.Minute, "d")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"big": 15, "mid": 15}, per(got), "small is done: the others split the batch")
+	require.True(t, more)
+
+	total := 27 + 30
+	for more {
+		got, more, err = b.st.ClaimDueBatch(ctx, now, now, 100, time.Minute, "d")
+		require.NoError(t, err)
+		total += len(got)
+	}
+	require.Equal(t, 347, total, "every due row claimed once")
+	got, more, err = b.st.ClaimDueBatch(ctx, now, now, 100, time.Minute, "d")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.False(t, more)
+}
+
 func TestTwoClaimersNeverShareARow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

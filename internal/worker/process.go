@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
@@ -35,6 +37,8 @@ type item struct {
 	code string
 	// claimedAt is when the attempt was claimed (the worker-start hop).
 	claimedAt time.Time
+	// sendAt is the send slot the rate limiter reserved (zero: at once).
+	sendAt time.Time
 }
 
 // Headers on dead letters, beside the broker's own x-death.
@@ -113,9 +117,48 @@ func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
 		}
 	}
 	if len(items) > 0 {
-		w.deliver(ctx, items)
+		if paced := w.deliver(ctx, items); len(paced) > 0 {
+			// Sends that wait for their rate-limit slots finish on their own,
+			// so this batch's consumer slot goes back to work at once; they
+			// are settled when recorded.
+			w.settle(ctx, append(without(items, paced), dead...))
+			w.inflight.Go(func() { w.sendPaced(ctx, paced) })
+			return
+		}
 	}
 	w.settle(ctx, append(items, dead...))
+}
+
+// sendPaced sends claimed attempts at their reserved slots, records the
+// outcomes and settles the messages.
+func (w *Worker) sendPaced(ctx context.Context, items []*item) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error().Interface("panic", p).Int("batch", len(items)).Msg("sending panicked; returning the messages")
+			for _, it := range items {
+				if !it.done && !it.rejected {
+					_ = it.d.Nack(false, true)
+				}
+			}
+		}
+	}()
+	w.sendAndRecord(ctx, items)
+	w.settle(ctx, items)
+}
+
+// without returns the items not in drop.
+func without(items, drop []*item) []*item {
+	skip := make(map[*item]bool, len(drop))
+	for _, it := range drop {
+		skip[it] = true
+	}
+	var out []*item
+	for _, it := range items {
+		if !skip[it] {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // settle acks what is done and gives back what is not.
@@ -159,7 +202,10 @@ func (w *Worker) quarantine(ctx context.Context, it *item, reason string) {
 	w.counts.quarantined.Add(1)
 }
 
-func (w *Worker) deliver(ctx context.Context, items []*item) {
+// deliver reads, expires, admits and claims a batch, then sends and records
+// it, except for claimed attempts that wait for a rate-limit slot: those it
+// returns, to be sent by sendPaced without holding the batch.
+func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 	ids := make([]int64, len(items))
 	for i, it := range items {
 		ids[i] = it.env.ReminderID
@@ -253,9 +299,21 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 		sending = append(sending, it)
 	}
 	if len(sending) == 0 {
-		return
+		return nil
 	}
 	faults.Inject(faults.WorkerAfterClaim)
+	for _, it := range sending {
+		if it.sendAt.After(now) {
+			return sending
+		}
+	}
+	w.sendAndRecord(ctx, sending)
+	return nil
+}
+
+// sendAndRecord sends claimed attempts (each at its slot, if it has one),
+// records their outcomes in one statement and hands retries to their tier.
+func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
 
 	var wg sync.WaitGroup
 	for _, it := range sending {
@@ -325,53 +383,80 @@ func (w *Worker) deliver(ctx context.Context, items []*item) {
 	}
 }
 
-// admit takes fleet-wide capacity for the messages about to be claimed, one
-// round trip per tenant in the batch. What gets no token is not waited for:
-// it goes back through a retry tier until the limiter's next free token, or
-// expires as rate_limited when that is at or past its deadline.
+// admit reserves fleet-wide send slots for the messages about to be claimed,
+// one round trip per tenant in the batch; a granted message is sent at its
+// slot (at most ratelimit.Horizon ahead). What gets no slot is not waited for:
+// it goes back through the retry tiers until its turn, or expires as
+// rate_limited when its turn is at or past its deadline. A message that comes
+// back a tier or more before its turn keeps waiting without asking.
 func (w *Worker) admit(ctx context.Context, claim []store.Fenced, items []*item) ([]store.Fenced, []*item) {
 	if w.fleet == nil || len(items) == 0 {
 		return claim, items
 	}
 	ch := string(w.cfg.Channel)
+	now := w.clock.Now()
+	keep := make([]bool, len(items))
+	var hops, waits, late []*item
 	byTenant := map[string][]int{}
 	var order []string
 	for i, it := range items {
+		if nb := it.env.NotBefore; !nb.IsZero() && w.topo.TierAtMost(nb.Sub(now)) > 0 {
+			hops = append(hops, it)
+			continue
+		}
 		if _, ok := byTenant[it.row.Tenant]; !ok {
 			order = append(order, it.row.Tenant)
 		}
 		byTenant[it.row.Tenant] = append(byTenant[it.row.Tenant], i)
 	}
-	keep := make([]bool, len(items))
-	now := w.clock.Now()
-	var late []*item
-	waits := map[time.Duration][]*item{} // by retry tier
-	var tiers []time.Duration
 	for _, tenant := range order {
+		// Messages that waited before are served first, in turn order.
 		idx := byTenant[tenant]
-		g, err := w.fleet.Acquire(ctx, w.clock.Now(), ch, tenant, len(idx))
+		sort.SliceStable(idx, func(a, b int) bool {
+			na, nb := items[idx[a]].env.NotBefore, items[idx[b]].env.NotBefore
+			if na.IsZero() != nb.IsZero() {
+				return !na.IsZero()
+			}
+			return na.Before(nb)
+		})
+		fresh := 0
+		for _, i := range idx {
+			if items[i].env.NotBefore.IsZero() {
+				fresh++
+			}
+		}
+		g, err := w.fleet.Acquire(ctx, w.clock.Now(), ch, tenant, len(idx), fresh)
 		if err != nil {
 			w.log.Warn().Err(err).Str("tenant", tenant).Msg("rate limiter unavailable; giving the messages back")
 			continue // not kept, not settled: nacked and redelivered
 		}
-		for n, i := range idx {
-			if n < g.Granted {
+		granted := g.Granted(len(idx))
+		var waited, queued int
+		for k, i := range idx {
+			it := items[i]
+			if k < granted {
 				keep[i] = true
+				if !g.Unlimited {
+					it.sendAt = g.Slots[k]
+				}
 				continue
 			}
-			it := items[i]
-			// The k-th message past the grant can expect its token about
-			// k refill intervals after the next free one.
-			at := g.RetryAt.Add(time.Duration(n-g.Granted) * g.Spacing)
-			if !at.Before(it.row.Deadline) {
+			// The k-th message past its flow's next turn can expect its
+			// slot k intervals of the flow's share later.
+			var turn time.Time
+			if it.env.NotBefore.IsZero() {
+				turn = g.QueueAt.Add(time.Duration(queued) * g.Spacing)
+				queued++
+			} else {
+				turn = g.NextAt.Add(time.Duration(waited) * g.Spacing)
+				waited++
+			}
+			if !turn.Before(it.row.Deadline) {
 				late = append(late, it)
 				continue
 			}
-			tier := w.topo.Tier(at.Sub(now))
-			if _, ok := waits[tier]; !ok {
-				tiers = append(tiers, tier)
-			}
-			waits[tier] = append(waits[tier], it)
+			it.env.NotBefore = turn
+			waits = append(waits, it)
 			w.m.RateLimitDeferral(ch, "fleet")
 		}
 	}
@@ -387,15 +472,20 @@ func (w *Worker) admit(ctx context.Context, claim []store.Fenced, items []*item)
 			}
 		}
 	}
-	for _, tier := range tiers {
-		wait := waits[tier]
+	if len(waits) > 0 {
+		untils := make([]time.Time, len(waits))
+		for i, it := range waits {
+			untils[i] = it.env.NotBefore
+		}
 		if err := w.retryDB(ctx, "deferring rate-limited reminders", func() error {
-			_, err := w.store.Defer(ctx, now, now.Add(tier), fenced(wait))
+			_, err := w.store.Defer(ctx, now, fenced(waits), untils)
 			return err
 		}); err == nil {
-			w.deferMany(ctx, wait, tier)
+			hops = append(hops, waits...)
 		}
 	}
+	w.waitForTurns(ctx, now, hops)
+
 	var outClaim []store.Fenced
 	var outItems []*item
 	for i, it := range items {
@@ -405,6 +495,24 @@ func (w *Worker) admit(ctx context.Context, claim []store.Fenced, items []*item)
 		}
 	}
 	return outClaim, outItems
+}
+
+// waitForTurns hands rate-limited messages back through the retry tiers
+// towards their turns (env.NotBefore), in hops of the longest tier that does
+// not overshoot, so each comes back at or just before its turn.
+func (w *Worker) waitForTurns(ctx context.Context, now time.Time, its []*item) {
+	byTier := map[time.Duration][]*item{}
+	var tiers []time.Duration
+	for _, it := range its {
+		tier := max(w.topo.TierAtMost(it.env.NotBefore.Sub(now)), w.topo.RetryTiers[0])
+		if _, ok := byTier[tier]; !ok {
+			tiers = append(tiers, tier)
+		}
+		byTier[tier] = append(byTier[tier], it)
+	}
+	for _, tier := range tiers {
+		w.deferMany(ctx, byTier[tier], tier)
+	}
 }
 
 func fenced(its []*item) []store.Fenced {
@@ -426,6 +534,9 @@ func (w *Worker) send(ctx context.Context, it *item) {
 			it.out.Reason = "quarantined: the send panicked: " + fmt.Sprint(p)
 		}
 	}()
+	if !it.sendAt.IsZero() {
+		w.awaitSlot(ctx, it)
+	}
 	start := w.clock.Now()
 	if !start.Before(it.row.Deadline) {
 		it.out.State, it.out.AttemptOutcome = reminder.Expired, "retryable"
@@ -469,6 +580,55 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	it.out.Reason = fmt.Sprintf("retry %d in %s: %s", it.att.Number, delay, pe.Code)
 }
 
+// awaitSlot waits for the message's reserved send slot (at most
+// ratelimit.Horizon ahead). A slot is good for ratelimit.SendJitter after its
+// time: a send that could not start by then (a slow claim, a stalled process)
+// would reach the provider in a later window than the limiter allowed for,
+// bunched with that window's own sends, so it reserves a new slot instead and
+// waits for that one. It returns when the send may start, when ctx ends, or
+// when the reminder's deadline passes (send then expires it).
+func (w *Worker) awaitSlot(ctx context.Context, it *item) {
+	ch := string(w.cfg.Channel)
+	over := func(now time.Time) bool { return ctx.Err() != nil || !now.Before(it.row.Deadline) }
+	for {
+		sleep(ctx, it.sendAt.Sub(w.clock.Now()))
+		now := w.clock.Now()
+		if over(now) || now.Sub(it.sendAt) <= ratelimit.SendJitter {
+			return
+		}
+		w.m.RateLimitDeferral(ch, "slot_missed")
+		for {
+			g, err := w.fleet.Acquire(ctx, now, ch, it.row.Tenant, 1, 0)
+			if err == nil && len(g.Slots) == 1 {
+				it.sendAt = g.Slots[0]
+				break
+			}
+			wait := 100 * time.Millisecond
+			if err != nil {
+				w.log.Warn().Err(err).Msg("rate limiter unavailable; asking again for a send slot")
+			} else {
+				wait = g.NextAt.Sub(now)
+			}
+			sleep(ctx, wait)
+			if now = w.clock.Now(); over(now) {
+				return
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // backoff is bounded exponential backoff with equal jitter, never shorter
 // than the provider's Retry-After.
 func (w *Worker) backoff(attempt int, retryAfter time.Duration) time.Duration {
@@ -507,6 +667,7 @@ func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker
 func (w *Worker) publishRetries(ctx context.Context, its []*item) {
 	msgs := make([]broker.Outgoing, len(its))
 	for i, it := range its {
+		it.env.NotBefore = time.Time{} // a provider retry waits for its backoff, not a rate-limit turn
 		delay := it.out.NextAttemptAt.Sub(w.clock.Now())
 		msgs[i] = w.retryMessage(it, it.att.Fence, w.topo.Tier(delay))
 	}

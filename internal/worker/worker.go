@@ -134,7 +134,9 @@ type Worker struct {
 	limiter *rate.Limiter
 	rand    func() float64
 	ready   atomic.Bool
-	counts  struct {
+	// inflight are sends waiting for their rate-limit slots, outside any batch.
+	inflight sync.WaitGroup
+	counts   struct {
 		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
 	}
 }
@@ -160,10 +162,11 @@ type Deps struct {
 	DeclareTopology bool
 }
 
-// Limiter grants up to want send tokens for a tenant's messages on a channel
-// at now, and says when the next one will be free if it granted fewer.
+// Limiter reserves send slots for up to want of a tenant's messages on a
+// channel at now (the last fresh of them new, the others waited before), and
+// says when the rest can expect their turns.
 type Limiter interface {
-	Acquire(ctx context.Context, now time.Time, channel, tenant string, want int) (ratelimit.Grant, error)
+	Acquire(ctx context.Context, now time.Time, channel, tenant string, want, fresh int) (ratelimit.Grant, error)
 }
 
 // New returns a worker; Run starts it.
@@ -339,7 +342,7 @@ loop:
 	close(batches)
 
 	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
+	go func() { wg.Wait(); w.inflight.Wait(); close(finished) }()
 	select {
 	case <-finished:
 	case <-time.After(w.cfg.Grace):

@@ -1,0 +1,147 @@
+-- Nudge schema, version 6: paced, fair rate limits.
+--
+-- Version 5 granted tokens "now" to whoever asked first. Under contention that
+-- let the tenants with the most messages in flight take most of a provider
+-- account, and sends granted together reached the provider together. Here an
+-- account's capacity is reserved as send slots (a worker sends each message at
+-- its slot, at most a short horizon ahead), and each flow (one channel's
+-- tenant on the account) may reserve only its max-min fair share of the
+-- account among the flows that have messages waiting for it. A flow's own
+-- configured limit caps its share.
+
+CREATE TABLE rate_flows (
+    account   text        NOT NULL,
+    flow      text        NOT NULL,            -- "<channel>:<tenant>"
+    cap       double precision,                -- the flow's own limit, sends/s; NULL: none
+    tat       timestamptz NOT NULL,            -- GCRA theoretical arrival time at the flow's share
+    queue_tat timestamptz NOT NULL,            -- when the flow's new deferred messages should all be served
+    waiting   timestamptz NOT NULL,            -- the latest turn given to a deferred message: the flow
+                                               -- has a share while it has messages waiting
+    PRIMARY KEY (account, flow)
+);
+
+-- Reserves up to p_want send slots for one flow on one account.
+--
+-- The account (p_rate sends/s, bursts of p_burst) hands out slots in time
+-- order (GCRA), never sooner than p_lead and never more than p_horizon ahead
+-- of p_now. The flow first needs
+-- tokens of its own key, whose rate is its share: account capacity split
+-- max-min fairly among the flows with messages waiting (turns given up to
+-- p_active ago; a message comes back at its turn or a little after) and the
+-- flow asking, each flow capped by its own limit (p_cap). The flow key banks up to p_bank of its
+-- share so that a flow whose messages come back in bunches loses none of it,
+-- but never more than keeps it under p_cap + p_flow_burst in any second.
+--
+-- The first p_want - p_fresh messages asked for are ones that waited before;
+-- the last p_fresh are new. New messages that get no slot queue behind the
+-- flow's earlier deferred ones: queue_at is the first such message's turn.
+-- next_at is when the flow's next slot can be reserved (for the ones that
+-- waited before and get none). share is the flow's rate now.
+CREATE FUNCTION nudge_rate_reserve(
+    p_account text, p_rate double precision, p_burst integer,
+    p_flow text, p_cap double precision, p_flow_burst integer,
+    p_want integer, p_fresh integer, p_now timestamptz,
+    p_lead interval, p_horizon interval, p_active interval, p_bank interval,
+    OUT slots timestamptz[], OUT share double precision,
+    OUT next_at timestamptz, OUT queue_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    acc_key   text := 'account:' || p_account;
+    a_iv      interval := make_interval(secs => 1.0 / p_rate);
+    a_tau     interval := (p_burst - 1) * make_interval(secs => 1.0 / p_rate);
+    a_tat     timestamptz;
+    f_tat     timestamptz;
+    f_queue   timestamptz;
+    f_waiting timestamptz;
+    granted   integer;
+    old_denied integer;
+    new_denied integer;
+    f_iv      interval;
+    f_burst   integer;
+    remaining double precision := p_rate;
+    n_left    integer;
+    f         record;
+    s         double precision;
+    avail     integer;
+    t         timestamptz;
+BEGIN
+    slots := '{}';
+    -- The account row serializes every reservation on the account.
+    INSERT INTO rate_limits (key, tat) VALUES (acc_key, p_now) ON CONFLICT (key) DO NOTHING;
+    SELECT greatest(l.tat, p_now) INTO a_tat FROM rate_limits l WHERE l.key = acc_key FOR UPDATE;
+
+    INSERT INTO rate_flows AS r (account, flow, cap, tat, queue_tat, waiting)
+    VALUES (p_account, p_flow, p_cap, p_now, p_now, '-infinity')
+    ON CONFLICT (account, flow) DO UPDATE SET cap = EXCLUDED.cap;
+    SELECT greatest(r.tat, p_now), greatest(r.queue_tat, p_now), r.waiting INTO f_tat, f_queue, f_waiting
+      FROM rate_flows r WHERE r.account = p_account AND r.flow = p_flow;
+
+    -- Max-min fair share (water filling): the flows with the smallest caps
+    -- take their caps, the rest split what is left evenly.
+    SELECT count(*) INTO n_left FROM rate_flows r
+     WHERE r.account = p_account AND (r.waiting > p_now - p_active OR r.flow = p_flow);
+    share := p_rate;
+    FOR f IN SELECT r.flow, r.cap FROM rate_flows r
+              WHERE r.account = p_account AND (r.waiting > p_now - p_active OR r.flow = p_flow)
+              ORDER BY r.cap ASC NULLS LAST, r.flow LOOP
+        s := least(coalesce(f.cap, 'infinity'::double precision), remaining / n_left);
+        IF f.flow = p_flow THEN
+            share := s;
+        END IF;
+        remaining := remaining - s;
+        n_left := n_left - 1;
+    END LOOP;
+    IF p_cap IS NOT NULL THEN
+        share := least(share, p_cap);
+    END IF;
+
+    f_iv := make_interval(secs => 1.0 / share);
+    f_burst := ceil(share * extract(epoch FROM p_bank))::integer;
+    IF p_cap IS NOT NULL THEN
+        f_burst := least(f_burst, floor(p_cap - share)::integer + p_flow_burst);
+    END IF;
+    f_burst := greatest(f_burst, 1);
+    -- k flow tokens are free while f_tat + k*f_iv - now <= f_burst*f_iv.
+    avail := floor(extract(epoch FROM (p_now + f_burst * f_iv - f_tat)) / extract(epoch FROM f_iv));
+    avail := least(greatest(avail, 0), p_want);
+
+    -- Account slots in time order, from p_lead on (the caller's time to get
+    -- ready to send) and within the horizon.
+    WHILE coalesce(array_length(slots, 1), 0) < avail LOOP
+        t := greatest(p_now + p_lead, a_tat - a_tau);
+        EXIT WHEN t > p_now + p_horizon;
+        slots := slots || t;
+        a_tat := a_tat + a_iv;
+    END LOOP;
+    f_tat := f_tat + coalesce(array_length(slots, 1), 0) * f_iv;
+
+    next_at := greatest(p_now, f_tat - f_burst * f_iv + f_iv, a_tat - a_tau - p_horizon);
+    queue_at := greatest(f_queue, next_at);
+    -- The ones that waited before come first in p_want, the new ones last.
+    granted := coalesce(array_length(slots, 1), 0);
+    old_denied := greatest(p_want - p_fresh - granted, 0);
+    new_denied := p_want - granted - old_denied;
+    f_queue := queue_at + new_denied * f_iv;
+    IF old_denied > 0 THEN
+        f_waiting := greatest(f_waiting, next_at + (old_denied - 1) * f_iv);
+    END IF;
+    IF new_denied > 0 THEN
+        f_waiting := greatest(f_waiting, queue_at + (new_denied - 1) * f_iv);
+    END IF;
+
+    UPDATE rate_limits SET tat = a_tat WHERE key = acc_key;
+    UPDATE rate_flows SET tat = f_tat, queue_tat = f_queue, waiting = f_waiting
+     WHERE account = p_account AND flow = p_flow;
+END $$;
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'nudge_worker') THEN
+        GRANT SELECT, INSERT, UPDATE ON rate_flows TO nudge_worker;
+    END IF;
+END $$;
+
+-- The dispatcher claims due reminders round robin across tenants (ClaimDue),
+-- so one tenant's backlog is not queued ahead of everyone else's reminders
+-- that fall due at the same time. This index finds each tenant's due rows.
+CREATE INDEX reminders_pending_tenant ON reminders (tenant, due_at, id) WHERE state = 'pending';
