@@ -17,7 +17,7 @@
 // Accuracy: slots never exceed rate × window + burst in any window. A send
 // reaches the provider at its slot or later (never earlier): late by the claim
 // statement for a slot that was due at once, or by a busy CPU. The account
-// keeps rate × SendJitter tokens of its burst back for that. Slots granted for
+// keeps rate × Headroom tokens of its burst back for that. Slots granted for
 // sends that then fail are not returned: under failures the observed rate is
 // below the limit, never above.
 package ratelimit
@@ -124,11 +124,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// SendJitter is the headroom kept for a send that reaches the provider
-// later than its slot (the claim statement before it, a busy CPU, the HTTP
-// call): a late send can land in the next window, so the account holds back
-// rate × SendJitter tokens of its burst (never the last one).
-const SendJitter = 100 * time.Millisecond
+// SendJitter is how late a send may start after its slot: a worker that
+// could not start by then (a stalled process) reserves a new slot instead.
+// A send that starts late, or whose HTTP call takes a while, can land in the
+// next window, so the account holds back rate × Headroom tokens of its burst
+// (never the last one): the provider sees at most rate × window + burst in
+// any window while sends reach it within Headroom of their slots.
+const SendJitter = 150 * time.Millisecond
+
+// Headroom covers SendJitter plus the provider call up to its arrival.
+const Headroom = SendJitter + 50*time.Millisecond
 
 // Tuning of the reservation (see nudge_rate_reserve, migration 0006).
 const (
@@ -141,15 +146,15 @@ const (
 	Horizon = 250 * time.Millisecond
 	// Active is how long a flow keeps its share of the account after the
 	// turn of its last waiting message: a deferred message comes back at its
-	// turn or a little after (a tier hop, a busy queue).
-	Active = time.Second
+	// turn or a little after (a busy queue). Meanwhile the share is unused.
+	Active = 500 * time.Millisecond
 	// Bank is how much of its share a flow may save up, so that a flow whose
 	// messages come back in bunches does not lose its share in between.
 	Bank = 500 * time.Millisecond
 )
 
 func (l Limit) effectiveBurst() int {
-	return max(1, l.Burst-int(math.Ceil(l.Rate*SendJitter.Seconds())))
+	return max(1, l.Burst-int(math.Ceil(l.Rate*Headroom.Seconds())))
 }
 
 // Querier runs the reserve statement (a pool).

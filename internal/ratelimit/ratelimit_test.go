@@ -37,13 +37,13 @@ func TestReserveSlotsIsGCRAWithinTheHorizon(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	ctx := context.Background()
-	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"sms":{"account":"acct","rate":10,"burst":3}}}`))
+	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"sms":{"account":"acct","rate":10,"burst":4}}}`))
 	require.NoError(t, err)
 	l := ratelimit.New(db.Pool, cfg)
 	t0 := time.Date(2026, 8, 12, 9, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 
-	// The account's burst (3, less one token of headroom for late sends) at
+	// The account's burst (4, less rate × Headroom for late sends) at
 	// once after the lead, then one slot per 100 ms, never more than 250 ms
 	// ahead.
 	g, err := l.Acquire(ctx, t0, "sms", "fast", 5, 5)
@@ -144,4 +144,41 @@ func utc(ts []time.Time) []time.Time {
 		out[i] = t.UTC()
 	}
 	return out
+}
+
+// The limiter's cost: one round trip per tenant per worker batch, next to
+// the cheapest round trip there is (SELECT 1) on the same pool. Run with
+// go test -bench Reserve -run '^$' ./internal/ratelimit/ (figures in
+// docs/rate-limits.md). Four flows contend for one account, as in the
+// acceptance test; each call asks for a batch's part (12 messages).
+func BenchmarkReserve(b *testing.B) {
+	db := testenv.Postgres(b)
+	ctx := context.Background()
+	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"sms":{"account":"acct","rate":50,"burst":10,
+		"tenants":{"a":{"rate":5,"burst":1},"default":{"rate":30,"burst":5}}}}}`))
+	require.NoError(b, err)
+	l := ratelimit.New(db.Pool, cfg)
+	tenants := []string{"a", "b", "c", "d"}
+	const want = 12
+	b.Run("select1", func(b *testing.B) {
+		for range b.N {
+			var one int
+			if err := db.Pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reserve", func(b *testing.B) {
+		start := time.Now()
+		granted := 0
+		for i := range b.N {
+			g, err := l.Acquire(ctx, start.Add(time.Duration(i)*time.Millisecond), "sms", tenants[i%len(tenants)], want, want/2)
+			if err != nil {
+				b.Fatal(err)
+			}
+			granted += len(g.Slots)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*want), "ns/message")
+		b.ReportMetric(float64(granted)/float64(b.N), "slots/call")
+	})
 }

@@ -597,6 +597,7 @@ func (w *Worker) awaitSlot(ctx context.Context, it *item) {
 			return
 		}
 		w.m.RateLimitDeferral(ch, "slot_missed")
+		w.counts.slotsMissed.Add(1)
 		for {
 			g, err := w.fleet.Acquire(ctx, now, ch, it.row.Tenant, 1, 0)
 			if err == nil && len(g.Slots) == 1 {

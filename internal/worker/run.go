@@ -39,6 +39,7 @@ func (w *Worker) Serve(ctx context.Context, listen string, reg *prometheus.Regis
 	w.log.Info().Int64("delivered", c.Delivered).Int64("retried", c.Retried).Int64("failed", c.Failed).
 		Int64("expired", c.Expired).Int64("duplicates", c.Duplicates).Int64("superseded", c.Superseded).
 		Int64("dead_lettered", c.DeadLettered).Int64("stale", c.Stale).Int64("quarantined", c.Quarantined).
+		Int64("deferred", c.Deferred).Int64("slots_missed", c.SlotsMissed).
 		Msg("worker stopped")
 	return err
 }

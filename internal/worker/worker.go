@@ -115,6 +115,9 @@ func (c Config) withDefaults() Config {
 // Counts are the worker's running totals, for logs and tests.
 type Counts struct {
 	Delivered, Retried, Failed, Expired, Duplicates, Superseded, Deferred, DeadLettered, Stale, Quarantined int64
+	// SlotsMissed counts sends that could not start within
+	// ratelimit.SendJitter of their rate-limit slot and reserved another.
+	SlotsMissed int64
 }
 
 // Worker consumes one channel.
@@ -138,6 +141,7 @@ type Worker struct {
 	inflight sync.WaitGroup
 	counts   struct {
 		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
+		slotsMissed                                                                                     atomic.Int64
 	}
 }
 
@@ -206,7 +210,7 @@ func (w *Worker) Counts() Counts {
 		Delivered: c.delivered.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Expired: c.expired.Load(), Duplicates: c.duplicates.Load(), Superseded: c.superseded.Load(),
 		Deferred: c.deferred.Load(), DeadLettered: c.dead.Load(), Stale: c.stale.Load(),
-		Quarantined: c.quarantined.Load(),
+		Quarantined: c.quarantined.Load(), SlotsMissed: c.slotsMissed.Load(),
 	}
 }
 

@@ -15,10 +15,15 @@ CREATE TABLE rate_flows (
     cap       double precision,                -- the flow's own limit, sends/s; NULL: none
     tat       timestamptz NOT NULL,            -- GCRA theoretical arrival time at the flow's share
     queue_tat timestamptz NOT NULL,            -- when the flow's new deferred messages should all be served
-    waiting   timestamptz NOT NULL,            -- the latest turn given to a deferred message: the flow
-                                               -- has a share while it has messages waiting
+    waiting   timestamptz NOT NULL,            -- the latest turn given to a deferred message
+    last_ask  timestamptz NOT NULL,
+    share     double precision NOT NULL,       -- the flow's share at its last ask, sends/s
     PRIMARY KEY (account, flow)
 );
+-- No index beyond the key: every reservation rewrites its two rows, and an
+-- update that changes no indexed column stays on its page (HOT), which
+-- keeps these few hot rows small. Each reservation reads all of an
+-- account's flows (the tenants that ever sent through it).
 
 -- Reserves up to p_want send slots for one flow on one account.
 --
@@ -26,9 +31,12 @@ CREATE TABLE rate_flows (
 -- order (GCRA), never sooner than p_lead and never more than p_horizon ahead
 -- of p_now. The flow first needs
 -- tokens of its own key, whose rate is its share: account capacity split
--- max-min fairly among the flows with messages waiting (turns given up to
--- p_active ago; a message comes back at its turn or a little after) and the
--- flow asking, each flow capped by its own limit (p_cap). The flow key banks up to p_bank of its
+-- max-min fairly among the active flows, each capped by its own limit
+-- (p_cap). A flow is active while it has messages waiting (turns given up to
+-- p_active ago; a message comes back at its turn or a little after) and they
+-- do come back: it asked within p_active or two of its intervals. A flow
+-- whose messages are stuck behind a backlog in the queue gives its share to
+-- the others until they arrive. The flow key banks up to p_bank of its
 -- share so that a flow whose messages come back in bunches loses none of it,
 -- but never more than keeps it under p_cap + p_flow_burst in any second.
 --
@@ -60,32 +68,50 @@ DECLARE
     f_burst   integer;
     remaining double precision := p_rate;
     n_left    integer;
-    f         record;
+    a_flows   text[];
+    a_caps    double precision[];
     s         double precision;
     avail     integer;
     t         timestamptz;
 BEGIN
+    -- Limiter state is soft: losing the last commits in a PostgreSQL crash
+    -- re-grants at most a few slots, so the commit need not wait for the WAL
+    -- flush (about 70 us here, most of a call).
+    SET LOCAL synchronous_commit = off;
     slots := '{}';
     -- The account row serializes every reservation on the account.
-    INSERT INTO rate_limits (key, tat) VALUES (acc_key, p_now) ON CONFLICT (key) DO NOTHING;
     SELECT greatest(l.tat, p_now) INTO a_tat FROM rate_limits l WHERE l.key = acc_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO rate_limits (key, tat) VALUES (acc_key, p_now) ON CONFLICT (key) DO NOTHING;
+        SELECT greatest(l.tat, p_now) INTO a_tat FROM rate_limits l WHERE l.key = acc_key FOR UPDATE;
+    END IF;
 
-    INSERT INTO rate_flows AS r (account, flow, cap, tat, queue_tat, waiting)
-    VALUES (p_account, p_flow, p_cap, p_now, p_now, '-infinity')
-    ON CONFLICT (account, flow) DO UPDATE SET cap = EXCLUDED.cap;
     SELECT greatest(r.tat, p_now), greatest(r.queue_tat, p_now), r.waiting INTO f_tat, f_queue, f_waiting
-      FROM rate_flows r WHERE r.account = p_account AND r.flow = p_flow;
+      FROM rate_flows r WHERE r.account = p_account AND r.flow = p_flow FOR UPDATE;
+    IF NOT FOUND THEN
+        -- Under the account's lock: no other caller inserts this flow now.
+        INSERT INTO rate_flows (account, flow, cap, tat, queue_tat, waiting, last_ask, share)
+        VALUES (p_account, p_flow, p_cap, p_now, p_now, '-infinity', p_now, p_rate);
+        f_tat := p_now;
+        f_queue := p_now;
+        f_waiting := '-infinity';
+    END IF;
 
     -- Max-min fair share (water filling): the flows with the smallest caps
     -- take their caps, the rest split what is left evenly.
-    SELECT count(*) INTO n_left FROM rate_flows r
-     WHERE r.account = p_account AND (r.waiting > p_now - p_active OR r.flow = p_flow);
+    SELECT array_agg(r.flow ORDER BY r.cap ASC NULLS LAST, r.flow),
+           array_agg(r.cap ORDER BY r.cap ASC NULLS LAST, r.flow)
+      INTO a_flows, a_caps
+      FROM rate_flows r
+     WHERE r.account = p_account
+       AND (r.flow = p_flow
+            OR (r.waiting > p_now - p_active
+                AND r.last_ask > p_now - greatest(p_active, make_interval(secs => 2 / r.share))));
+    n_left := array_length(a_flows, 1);
     share := p_rate;
-    FOR f IN SELECT r.flow, r.cap FROM rate_flows r
-              WHERE r.account = p_account AND (r.waiting > p_now - p_active OR r.flow = p_flow)
-              ORDER BY r.cap ASC NULLS LAST, r.flow LOOP
-        s := least(coalesce(f.cap, 'infinity'::double precision), remaining / n_left);
-        IF f.flow = p_flow THEN
+    FOR i IN 1 .. array_length(a_flows, 1) LOOP
+        s := least(coalesce(a_caps[i], 'infinity'::double precision), remaining / n_left);
+        IF a_flows[i] = p_flow THEN
             share := s;
         END IF;
         remaining := remaining - s;
@@ -130,7 +156,8 @@ BEGIN
     END IF;
 
     UPDATE rate_limits SET tat = a_tat WHERE key = acc_key;
-    UPDATE rate_flows SET tat = f_tat, queue_tat = f_queue, waiting = f_waiting
+    UPDATE rate_flows SET cap = p_cap, tat = f_tat, queue_tat = f_queue, waiting = f_waiting,
+                          last_ask = greatest(last_ask, p_now), share = nudge_rate_reserve.share
      WHERE account = p_account AND flow = p_flow;
 END $$;
 
