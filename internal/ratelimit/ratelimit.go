@@ -31,10 +31,12 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // Limit is a rate (tokens per second) and a burst (tokens available at once).
@@ -165,14 +167,21 @@ type Querier interface {
 // Limiter grants send slots from the shared state.
 type Limiter struct {
 	db  Querier
-	cfg Config
+	cfg atomic.Pointer[Config]
 }
 
 // New returns a limiter for cfg.
-func New(db Querier, cfg Config) *Limiter { return &Limiter{db: db, cfg: cfg} }
+func New(db Querier, cfg Config) *Limiter {
+	l := &Limiter{db: db}
+	l.cfg.Store(&cfg)
+	return l
+}
 
 // Config returns the active configuration.
-func (l *Limiter) Config() Config { return l.cfg }
+func (l *Limiter) Config() Config { return *l.cfg.Load() }
+
+// Set makes cfg the active configuration for the reservations that follow.
+func (l *Limiter) Set(cfg Config) { l.cfg.Store(&cfg) }
 
 // Grant is what Acquire gave.
 type Grant struct {
@@ -208,7 +217,7 @@ func (g Grant) Granted(want int) int {
 // before (they are served first); the last fresh are new. Without limits
 // for the channel everything is granted.
 func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant string, want, fresh int) (Grant, error) {
-	cl, ok := l.cfg.Channels[channel]
+	cl, ok := l.Config().Channels[channel]
 	if !ok || want <= 0 {
 		return Grant{Unlimited: true}, nil
 	}
@@ -236,14 +245,46 @@ func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant st
 	return g, nil
 }
 
-// ExportVersion publishes the active limits file's version as
+// Version publishes the active limits file's version as
 // nudge_rate_limit_config_info{version="..."} 1, so a dashboard shows which
 // limits every replica runs with.
-func ExportVersion(reg prometheus.Registerer, cfg Config) {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+type Version struct{ g *prometheus.GaugeVec }
+
+// ExportVersion registers the version metric on reg and sets it to cfg's.
+func ExportVersion(reg prometheus.Registerer, cfg Config) *Version {
+	v := &Version{g: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nudge_rate_limit_config_info",
 		Help: "The version of the active rate-limits file (1 for the active one).",
-	}, []string{"version"})
-	g.WithLabelValues(cfg.Version).Set(1)
-	reg.MustRegister(g)
+	}, []string{"version"})}
+	reg.MustRegister(v.g)
+	v.Set(cfg.Version)
+	return v
+}
+
+// Set makes version the only one exported.
+func (v *Version) Set(version string) {
+	v.g.Reset()
+	v.g.WithLabelValues(version).Set(1)
+}
+
+// Reload reads the limits file at path again each time reload fires, until
+// ctx ends: a valid file becomes active for the next reservation (logged,
+// and exported through v); an invalid one is refused with the offending key
+// and the active limits stay. Workers wire it to SIGHUP.
+func Reload(ctx context.Context, reload <-chan os.Signal, path string, l *Limiter, v *Version, log zerolog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+		}
+		cfg, err := Load(path)
+		if err != nil {
+			log.Error().Err(err).Str("active_version", l.Config().Version).Msg("rate limits reload refused; keeping the active limits")
+			continue
+		}
+		l.Set(cfg)
+		v.Set(cfg.Version)
+		log.Info().Str("version", cfg.Version).Str("file", path).Msg("rate limits reloaded")
+	}
 }

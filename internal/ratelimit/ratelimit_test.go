@@ -1,11 +1,20 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"sort"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/ratelimit"
@@ -181,4 +190,73 @@ func BenchmarkReserve(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*want), "ns/message")
 		b.ReportMetric(float64(granted)/float64(b.N), "slots/call")
 	})
+}
+
+// A reload makes a valid file active for the next reservation and exports
+// its version; an invalid one is refused and the active limits stay.
+func TestReloadAppliesAValidFileAndKeepsTheActiveOneOtherwise(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "limits.json")
+	write := func(body string) { require.NoError(t, os.WriteFile(path, []byte(body), 0o644)) }
+	write(`{"version":"v1","channels":{"sms":{"account":"acct","rate":10,"burst":4}}}`)
+	cfg, err := ratelimit.Load(path)
+	require.NoError(t, err)
+	l := ratelimit.New(db.Pool, cfg)
+	reg := prometheus.NewRegistry()
+	v := ratelimit.ExportVersion(reg, cfg)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := zerolog.New(zerolog.SyncWriter(lockedWriter{&mu, &logs}))
+	hup := make(chan os.Signal)
+	go ratelimit.Reload(ctx, hup, path, l, v, log)
+
+	versions := func() []string {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		var out []string
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				out = append(out, m.GetLabel()[0].GetValue())
+			}
+		}
+		return out
+	}
+	require.Equal(t, []string{"v1"}, versions())
+
+	// Email becomes limited, sms changes account: both apply to the next reservation.
+	write(`{"version":"v2","channels":{"email":{"account":"mail","rate":1,"burst":1}}}`)
+	hup <- syscall.SIGHUP
+	require.Eventually(t, func() bool { return l.Config().Version == "v2" }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"v2"}, versions())
+	g, err := l.Acquire(ctx, time.Now(), "email", "x", 5, 5)
+	require.NoError(t, err)
+	require.Len(t, g.Slots, 1, "email now limited to a burst of 1")
+	g, err = l.Acquire(ctx, time.Now(), "sms", "x", 500, 500)
+	require.NoError(t, err)
+	require.Equal(t, 500, g.Granted(500), "sms no longer limited")
+
+	// A broken file is refused, naming the key; v2 stays.
+	write(`{"version":"v3","channels":{"sms":{"account":"a","rate":-1,"burst":1}}}`)
+	hup <- syscall.SIGHUP
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logs.String(), "channels.sms.rate must be a positive number")
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "v2", l.Config().Version)
+	require.Equal(t, []string{"v2"}, versions())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -2,6 +2,9 @@ package worker
 
 import (
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/pflag"
 
@@ -63,13 +66,20 @@ func (p *Process) Run(component string, newSender func() (provider.Sender, func(
 	}
 	defer pool.Close()
 	reg := probe.NewRegistry()
-	ratelimit.ExportVersion(reg, lim)
+	version := ratelimit.ExportVersion(reg, lim)
 	log.Info().Str("version", lim.Version).Str("file", p.Limits).Msg("rate limits active")
+	limiter := ratelimit.New(pool, lim)
+	if p.Limits != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP) // kill -HUP: read the limits file again
+		defer signal.Stop(hup)
+		go ratelimit.Reload(ctx, hup, p.Limits, limiter, version, log)
+	}
 	cfg := p.Config
 	cfg.Name = config.Actor(component)
 	w, err := New(cfg, Deps{
 		AMQPURL: p.Common.AMQPURL, Topology: p.Common.Topology(), Store: store.New(pool), Sender: sender,
-		Keys: keys, Clock: clock.Real{}, Log: log, Metrics: metrics.New(reg), Limiter: ratelimit.New(pool, lim),
+		Keys: keys, Clock: clock.Real{}, Log: log, Metrics: metrics.New(reg), Limiter: limiter,
 		DeclareTopology: p.Common.DeclareTopology,
 	})
 	if err != nil {
