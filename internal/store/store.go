@@ -6,10 +6,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,9 +123,15 @@ func (s *Store) Reclaim(ctx context.Context, now time.Time, overdue time.Duratio
 	return out, nil
 }
 
+// split returns the ids and fences of fs, in id order: every batched
+// statement locks its rows in the order it is given them, so two writers on
+// overlapping rows (the dispatcher recording enqueued while a worker claims
+// the messages that overtook that record) wait for each other instead of
+// deadlocking, which would cost one of them deadlock_timeout and a retry.
 func split(fs []Fenced) (ids, fences []int64) {
+	sorted := slices.SortedFunc(slices.Values(fs), func(a, b Fenced) int { return cmp.Compare(a.ID, b.ID) })
 	ids, fences = make([]int64, len(fs)), make([]int64, len(fs))
-	for i, f := range fs {
+	for i, f := range sorted {
 		ids[i], fences[i] = f.ID, f.Fence
 	}
 	return ids, fences
@@ -198,9 +206,25 @@ func (s *Store) Quarantine(ctx context.Context, now time.Time, fs []Fenced, acto
 // until its turn (untils[i] for fs[i]): enqueued rows restart their overdue
 // clock there, retrying ones move their next attempt time there.
 func (s *Store) Defer(ctx context.Context, now time.Time, fs []Fenced, untils []time.Time) (map[int64]bool, error) {
-	ids, fences := split(fs)
+	if len(untils) != len(fs) {
+		return nil, fmt.Errorf("deferring reminders: %d untils for %d reminders", len(untils), len(fs))
+	}
+	type row struct {
+		f     Fenced
+		until time.Time
+	}
+	rows := make([]row, len(fs))
+	for i := range fs {
+		rows[i] = row{fs[i], untils[i]}
+	}
+	// In id order, as split gives every other batch.
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.f.ID, b.f.ID) })
+	ids, fences, sorted := make([]int64, len(rows)), make([]int64, len(rows)), make([]time.Time, len(rows))
+	for i, r := range rows {
+		ids[i], fences[i], sorted[i] = r.f.ID, r.f.Fence, r.until
+	}
 	return s.ids(ctx, "deferring reminders", "Defer", pgx.NamedArgs{
-		"now": now, "untils": untils, "ids": ids, "fences": fences,
+		"now": now, "untils": sorted, "ids": ids, "fences": fences,
 	})
 }
 
@@ -268,26 +292,47 @@ type Attempt struct {
 // sending, each only while it still has the given fence, is due and is
 // before its deadline at now. It returns the attempts it claimed by reminder id.
 func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Attempt, error) {
+	_, claimed, err := s.ClaimForDelivery(ctx, now, fs, lease, actor)
+	return claimed, err
+}
+
+// ClaimForDelivery is LoadForDelivery and ClaimAttempts in one statement:
+// it claims, as ClaimAttempts does, every given reminder that still has the
+// given fence, is due and is before its deadline at now, and returns every
+// given reminder that exists as it was before the claim (by id), with the
+// attempts it claimed (by reminder id). A row returned without an attempt
+// was not claimed: the caller judges from the row why.
+func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
 	ids, fences := split(fs)
-	rows, err := s.pool.Query(ctx, query("ClaimAttempts"), pgx.NamedArgs{
+	rows, err := s.pool.Query(ctx, query("ClaimForDelivery"), pgx.NamedArgs{
 		"now": now, "ids": ids, "fences": fences, "lease_until": now.Add(lease), "actor": actor,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claiming send attempts: %w", err)
+		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
 	}
-	as, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
-		var a Attempt
-		err := r.Scan(&a.ReminderID, &a.Fence, &a.Number, &a.AttemptID)
-		return a, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claiming send attempts: %w", err)
+	defer rows.Close()
+	out := make(map[int64]Delivery, len(fs))
+	claimed := make(map[int64]Attempt, len(fs))
+	for rows.Next() {
+		var d Delivery
+		var data []byte
+		var fence, number, attemptID *int64
+		if err := rows.Scan(&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
+			&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts, &fence, &number, &attemptID); err != nil {
+			return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
+		}
+		if err := json.Unmarshal(data, &d.Data); err != nil {
+			return nil, nil, fmt.Errorf("claiming reminders for delivery: reminder %d data: %w", d.ID, err)
+		}
+		out[d.ID] = d
+		if attemptID != nil {
+			claimed[d.ID] = Attempt{ReminderID: d.ID, Fence: *fence, Number: int(*number), AttemptID: *attemptID}
+		}
 	}
-	out := make(map[int64]Attempt, len(as))
-	for _, a := range as {
-		out[a.ReminderID] = a
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
 	}
-	return out, nil
+	return out, claimed, nil
 }
 
 // ExpireFenced expires enqueued or retrying reminders at the given fences
@@ -327,6 +372,8 @@ func (s *Store) RecordOutcomes(ctx context.Context, now time.Time, os []Outcome,
 			make([]string, n), make([]string, n)
 		next = make([]*time.Time, n)
 	)
+	// in id order, as split gives every other batch
+	os = slices.SortedFunc(slices.Values(os), func(a, b Outcome) int { return cmp.Compare(a.ReminderID, b.ReminderID) })
 	for i, o := range os {
 		ids[i], fences[i], attemptIDs[i] = o.ReminderID, o.Fence, o.AttemptID
 		states[i], outcomes[i], errs[i], reasons[i], provIDs[i] = string(o.State), o.AttemptOutcome, o.Error, o.Reason, o.ProviderID

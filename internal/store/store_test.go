@@ -581,3 +581,66 @@ func TestUndeliveredAfterAnUnknownOutcomeSaysSo(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, "deadline passed while leased; an earlier attempt's outcome is unknown", b.get(t, id).Reason)
 }
+
+// Each deferred row's overdue clock restarts at its own turn, whatever order
+// the rows are given in; a row whose fence moved on is left alone.
+func TestDeferRestartsEachRowsClockAtItsTurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	ids := make([]int64, 3)
+	for i := range ids {
+		ids[i] = b.schedule(t, fmt.Sprint("k", i), now.Add(-time.Minute), now.Add(time.Hour))
+	}
+	fences := map[int64]int64{}
+	for _, id := range ids {
+		fences[id] = b.enqueue(t, id)
+	}
+	// Given in reverse id order, each with its own turn; the last at a stale fence.
+	fs := []store.Fenced{{ID: ids[2], Fence: fences[ids[2]]}, {ID: ids[1], Fence: fences[ids[1]]}, {ID: ids[0], Fence: 0}}
+	untils := []time.Time{now.Add(30 * time.Second), now.Add(10 * time.Minute), now.Add(time.Hour)}
+	moved, err := b.st.Defer(ctx, now, fs, untils)
+	require.NoError(t, err)
+	require.Equal(t, map[int64]bool{ids[2]: true, ids[1]: true}, moved)
+	require.Equal(t, now.Add(30*time.Second), b.get(t, ids[2]).EnqueuedAt.UTC())
+	require.Equal(t, now.Add(10*time.Minute), b.get(t, ids[1]).EnqueuedAt.UTC())
+	require.NotEqual(t, now.Add(time.Hour), b.get(t, ids[0]).EnqueuedAt.UTC(), "stale fence: untouched")
+
+	_, err = b.st.Defer(ctx, now, fs, untils[:2])
+	require.ErrorContains(t, err, "2 untils for 3 reminders")
+}
+
+// One statement claims what ClaimAttempts would and returns every named row
+// as it was before the claim, so the worker can tell why one was not claimed.
+func TestClaimForDeliveryClaimsAndExplains(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	ok := b.schedule(t, "ok", now.Add(-time.Minute), now.Add(time.Hour))
+	stale := b.schedule(t, "stale", now.Add(-time.Minute), now.Add(time.Hour))
+	late := b.schedule(t, "late", now.Add(-time.Minute), now.Add(time.Second))
+	okFence := b.enqueue(t, ok)
+	staleFence := b.enqueue(t, stale)
+	lateFence := b.enqueue(t, late)
+	b.clock.Advance(2 * time.Second) // late's deadline passes
+	now = b.clock.Now()
+
+	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, []store.Fenced{
+		{ID: ok, Fence: okFence}, {ID: stale, Fence: staleFence - 1}, {ID: late, Fence: lateFence}, {ID: 999999, Fence: 1},
+	}, time.Minute, "w")
+	require.NoError(t, err)
+	require.Len(t, rows, 3, "the unknown id is absent")
+	require.Equal(t, reminder.Enqueued, rows[ok].State, "rows as they were before the claim")
+	require.Equal(t, okFence, rows[ok].Fence)
+	require.Len(t, claimed, 1)
+	att := claimed[ok]
+	require.Equal(t, okFence+1, att.Fence)
+	require.Equal(t, 1, att.Number)
+	require.Positive(t, att.AttemptID)
+	require.Equal(t, reminder.Sending, b.get(t, ok).State)
+	require.Equal(t, reminder.Enqueued, b.get(t, stale).State, "a stale fence claims nothing")
+	require.Equal(t, reminder.Enqueued, b.get(t, late).State, "past its deadline: not claimed")
+	require.False(t, now.Before(rows[late].Deadline), "the row says why")
+}

@@ -204,8 +204,13 @@ func (w *Worker) quarantine(ctx context.Context, it *item, reason string) {
 
 // deliver reads, expires, admits and claims a batch, then sends and records
 // it, except for claimed attempts that wait for a rate-limit slot: those it
-// returns, to be sent by sendPaced without holding the batch.
+// returns, to be sent by sendPaced without holding the batch. Without a rate
+// limit on the channel nothing needs deciding between the read and the claim,
+// so both are one statement (store.ClaimForDelivery).
 func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
+	if !w.rateLimited() {
+		return w.claimAndDeliver(ctx, items)
+	}
 	ids := make([]int64, len(items))
 	for i, it := range items {
 		ids[i] = it.env.ReminderID
@@ -219,49 +224,18 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 	}
 
 	now := w.clock.Now()
-	var expire, claim []store.Fenced
+	var claim []store.Fenced
 	var toExpire, toClaim []*item
 	for _, it := range items {
-		row, ok := rows[it.env.ReminderID]
-		it.row = row
-		switch {
-		case !ok:
-			w.deadLetter(ctx, it, "unknown reminder")
-		case row.State.Terminal() || row.Fence != it.env.Fence:
-			// A decision newer than this message was taken: count whether
-			// it was a cancel or expiry (superseded) or this message's own
-			// earlier delivery (a duplicate consume, suppressed).
-			if row.State == reminder.Canceled || row.State == reminder.Expired {
-				w.counts.superseded.Add(1)
-				w.m.Duplicate(string(w.cfg.Channel), metrics.DupSuperseded)
-			} else {
-				w.counts.duplicates.Add(1)
-				w.m.Duplicate(string(w.cfg.Channel), metrics.DupConsume)
-			}
-			it.done = true
-		case !now.Before(row.Deadline):
-			expire = append(expire, store.Fenced{ID: row.ID, Fence: row.Fence})
+		switch w.judge(ctx, it, rows, now) {
+		case toBeExpired:
 			toExpire = append(toExpire, it)
-		case row.DueAt.After(now):
-			w.defer_(ctx, it, row.DueAt.Sub(now))
-		default:
-			claim = append(claim, store.Fenced{ID: row.ID, Fence: row.Fence})
+		case claimable:
+			claim = append(claim, store.Fenced{ID: it.row.ID, Fence: it.row.Fence})
 			toClaim = append(toClaim, it)
 		}
 	}
-
-	if len(expire) > 0 {
-		if err := w.retryDB(ctx, "expiring reminders", func() error {
-			moved, err := w.store.ExpireFenced(ctx, now, expire, w.cfg.Name, "deadline reached before the send started")
-			w.counts.expired.Add(int64(len(moved)))
-			w.m.Outcomes(string(w.cfg.Channel), string(reminder.Expired), "deadline", len(moved))
-			return err
-		}); err == nil {
-			for _, it := range toExpire {
-				it.done = true // expired now, or moved on by someone else
-			}
-		}
-	}
+	w.expire(ctx, now, toExpire)
 	claim, toClaim = w.admit(ctx, claim, toClaim)
 	if len(claim) == 0 {
 		return
@@ -283,21 +257,156 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 	}
 	var sending []*item
 	for _, it := range toClaim {
-		att, ok := claimed[it.row.ID]
-		if !ok {
-			// Another delivery of the same message won the claim, or the row
-			// moved on (canceled, expired) between read and claim.
-			w.counts.duplicates.Add(1)
-			w.m.Duplicate(string(w.cfg.Channel), metrics.DupClaim)
-			it.done = true
+		if w.take(it, claimed, now) {
+			sending = append(sending, it)
+		}
+	}
+	return w.sendClaimed(ctx, sending, now)
+}
+
+// claimAndDeliver is deliver in one statement: it claims every message whose
+// row is still at its fence, due and before its deadline, then judges the
+// others from the rows as they were before the claim.
+func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*item) {
+	fs := make([]store.Fenced, len(items))
+	for i, it := range items {
+		fs[i] = store.Fenced{ID: it.env.ReminderID, Fence: it.env.Fence}
+	}
+	now := w.clock.Now()
+	var rows map[int64]store.Delivery
+	var claimed map[int64]store.Attempt
+	if err := w.retryDB(ctx, "claiming attempts", func() (err error) {
+		rows, claimed, err = w.store.ClaimForDelivery(ctx, now, fs, w.cfg.SendLease, w.cfg.Name)
+		return err
+	}); err != nil {
+		return // not acked: redelivered when the channel closes
+	}
+	var sending, toExpire []*item
+	for _, it := range items {
+		if _, ok := claimed[it.env.ReminderID]; ok {
+			it.row = rows[it.env.ReminderID]
+			if w.take(it, claimed, now) {
+				sending = append(sending, it)
+			}
 			continue
 		}
-		it.att, it.claimedAt = att, now
-		if it.env.Attempt == 0 {
-			w.m.HopBetween(metrics.HopEnqueueToStart, string(w.cfg.Channel), it.env.FirstSeen, now)
+		switch w.judge(ctx, it, rows, now) {
+		case toBeExpired:
+			toExpire = append(toExpire, it)
+		case claimable:
+			// The row looked claimable but moved on under the claim
+			// (canceled, expired, or another delivery of the message won).
+			w.lostClaim(it)
 		}
-		sending = append(sending, it)
 	}
+	w.expire(ctx, now, toExpire)
+	return w.sendClaimed(ctx, sending, now)
+}
+
+// rateLimited reports whether sends on this channel wait for a limiter: then
+// the admission comes between reading the rows and claiming them.
+func (w *Worker) rateLimited() bool {
+	if w.limiter != nil {
+		return true
+	}
+	if w.fleet == nil {
+		return false
+	}
+	l, ok := w.fleet.(interface{ Config() ratelimit.Config })
+	if !ok {
+		return true
+	}
+	_, limited := l.Config().Channels[string(w.cfg.Channel)]
+	return limited
+}
+
+// verdict is what a message's row says about it before a claim.
+type verdict int
+
+const (
+	// settled: nothing to claim (unknown, terminal, superseded, deferred).
+	settled verdict = iota
+	// toBeExpired: the deadline is reached; expire the row at the message's fence.
+	toBeExpired
+	// claimable: claim the attempt.
+	claimable
+)
+
+// judge reads its row out of rows (it.row) and settles the message when the
+// row says there is nothing to claim.
+func (w *Worker) judge(ctx context.Context, it *item, rows map[int64]store.Delivery, now time.Time) verdict {
+	row, ok := rows[it.env.ReminderID]
+	it.row = row
+	switch {
+	case !ok:
+		w.deadLetter(ctx, it, "unknown reminder")
+	case row.State.Terminal() || row.Fence != it.env.Fence:
+		// A decision newer than this message was taken: count whether
+		// it was a cancel or expiry (superseded) or this message's own
+		// earlier delivery (a duplicate consume, suppressed).
+		if row.State == reminder.Canceled || row.State == reminder.Expired {
+			w.counts.superseded.Add(1)
+			w.m.Duplicate(string(w.cfg.Channel), metrics.DupSuperseded)
+		} else {
+			w.counts.duplicates.Add(1)
+			w.m.Duplicate(string(w.cfg.Channel), metrics.DupConsume)
+		}
+		it.done = true
+	case !now.Before(row.Deadline):
+		return toBeExpired
+	case row.DueAt.After(now):
+		w.defer_(ctx, it, row.DueAt.Sub(now))
+	default:
+		return claimable
+	}
+	return settled
+}
+
+// expire expires the rows of messages whose deadline is reached, at their fences.
+func (w *Worker) expire(ctx context.Context, now time.Time, its []*item) {
+	if len(its) == 0 {
+		return
+	}
+	if err := w.retryDB(ctx, "expiring reminders", func() error {
+		moved, err := w.store.ExpireFenced(ctx, now, fenced(its), w.cfg.Name, "deadline reached before the send started")
+		w.counts.expired.Add(int64(len(moved)))
+		w.m.Outcomes(string(w.cfg.Channel), string(reminder.Expired), "deadline", len(moved))
+		return err
+	}); err == nil {
+		for _, it := range its {
+			it.done = true // expired now, or moved on by someone else
+		}
+	}
+}
+
+// take gives it the attempt claimed for its reminder, once: a second copy of
+// the message in the same batch finds it taken and is a duplicate.
+func (w *Worker) take(it *item, claimed map[int64]store.Attempt, now time.Time) bool {
+	att, ok := claimed[it.row.ID]
+	if !ok {
+		w.lostClaim(it)
+		return false
+	}
+	delete(claimed, it.row.ID)
+	it.att, it.claimedAt = att, now
+	if it.env.Attempt == 0 {
+		w.m.HopBetween(metrics.HopEnqueueToStart, string(w.cfg.Channel), it.env.FirstSeen, now)
+	}
+	return true
+}
+
+// lostClaim settles a message whose claim found the row moved on: another
+// delivery of the same message won it, or it was canceled or expired between
+// read and claim.
+func (w *Worker) lostClaim(it *item) {
+	w.counts.duplicates.Add(1)
+	w.m.Duplicate(string(w.cfg.Channel), metrics.DupClaim)
+	it.done = true
+}
+
+// sendClaimed sends and records the claimed attempts, or returns them when
+// one waits for a rate-limit slot (sendPaced sends them).
+func (w *Worker) sendClaimed(ctx context.Context, sending []*item, now time.Time) (paced []*item) {
 	if len(sending) == 0 {
 		return nil
 	}

@@ -1,0 +1,345 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// planNode is the part of EXPLAIN (FORMAT JSON) a cost report reads.
+type planNode struct {
+	NodeType   string     `json:"Node Type"`
+	Relation   string     `json:"Relation Name"`
+	Total      float64    `json:"Actual Total Time"`
+	WALRecords int64      `json:"WAL Records"`
+	WALFPI     int64      `json:"WAL FPI"`
+	WALBytes   int64      `json:"WAL Bytes"`
+	Hit        int64      `json:"Shared Hit Blocks"`
+	Dirtied    int64      `json:"Shared Dirtied Blocks"`
+	Plans      []planNode `json:"Plans"`
+	Index      string     `json:"Index Name"`
+	Sub        string     `json:"Subplan Name"`
+	Rows       float64    `json:"Actual Rows"`
+	Loops      float64    `json:"Actual Loops"`
+	Est        float64    `json:"Plan Rows"`
+}
+
+func textPlan(sb *strings.Builder, n planNode, depth int) {
+	fmt.Fprintf(sb, "%s%s %s %s %s est=%.0f rows=%.0f loops=%.0f total=%.2fms hit=%d\n", strings.Repeat("  ", depth),
+		n.NodeType, n.Relation, n.Index, n.Sub, n.Est, n.Rows, n.Loops, n.Total, n.Hit)
+	for _, p := range n.Plans {
+		textPlan(sb, p, depth+1)
+	}
+}
+
+type explained struct {
+	Plan planNode `json:"Plan"`
+	Exec float64  `json:"Execution Time"`
+}
+
+// cost is one statement's server-side cost, summed over its runs.
+type cost struct {
+	runs, rows             int
+	execMs                 float64
+	walRecords, walBytes   int64
+	walFPI, hit, dirtied   int64
+	writes                 map[string]float64 // ms per written relation
+	writeRecs, writeBytesM map[string]int64
+}
+
+// modify sums the WAL of the plan's ModifyTable nodes: a data-modifying CTE
+// runs outside the top node, so the top node's totals miss it; no
+// ModifyTable sits inside another's subtree, so the sum counts each once.
+func (c *cost) modify(n planNode) {
+	if n.NodeType == "ModifyTable" {
+		c.walRecords += n.WALRecords
+		c.walBytes += n.WALBytes
+		c.walFPI += n.WALFPI
+		c.writes[n.Relation] += n.Total
+		c.writeRecs[n.Relation] += n.WALRecords
+	}
+	for _, p := range n.Plans {
+		c.modify(p)
+	}
+}
+
+type costs struct {
+	by   map[string]*cost
+	xids map[int64]string // transaction id → statement, for pg_waldump
+}
+
+// explain runs the named statement under EXPLAIN (ANALYZE, BUFFERS, WAL) (it
+// executes and commits) and adds its cost for rows rows.
+func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, args pgx.NamedArgs) {
+	tb.Helper()
+	ctx := context.Background()
+	var raw []byte
+	var xid int64
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&xid); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+query(name), args).Scan(&raw)
+	})
+	if err != nil {
+		tb.Fatalf("%s: %v", name, err)
+	}
+	cs.xids[xid] = name
+	if os.Getenv("NUDGE_BENCH_PLANS") != "" && cs.by[name] == nil {
+		var out []explained
+		_ = json.Unmarshal(raw, &out)
+		var sb strings.Builder
+		textPlan(&sb, out[0].Plan, 0)
+		tb.Logf("%s plan (%.1f ms):\n%s", name, out[0].Exec, sb.String())
+	}
+	var out []explained
+	if err := json.Unmarshal(raw, &out); err != nil {
+		tb.Fatal(err)
+	}
+	c := cs.by[name]
+	if c == nil {
+		c = &cost{writes: map[string]float64{}, writeRecs: map[string]int64{}, writeBytesM: map[string]int64{}}
+		cs.by[name] = c
+	}
+	c.runs++
+	c.rows += rows
+	c.execMs += out[0].Exec
+	c.hit += out[0].Plan.Hit
+	c.dirtied += out[0].Plan.Dirtied
+	c.modify(out[0].Plan)
+}
+
+func (cs costs) report(tb testing.TB) {
+	var names []string
+	for n := range cs.by {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n%-18s %6s %9s %9s %9s %9s %7s %s\n", "statement", "rows", "ms/batch", "µs/row",
+		"WALrec/row", "WALB/row", "FPI", "ms by written relation")
+	for _, n := range names {
+		c := cs.by[n]
+		r := float64(max(c.rows, 1))
+		var w []string
+		for rel, ms := range c.writes {
+			w = append(w, fmt.Sprintf("%s %.1f (%.1f rec/row)", rel, ms/float64(c.runs), float64(c.writeRecs[rel])/r))
+		}
+		sort.Strings(w)
+		fmt.Fprintf(&sb, "%-18s %6d %9.1f %9.1f %9.1f %9.0f %7d %s\n", n, c.rows/c.runs, c.execMs/float64(c.runs),
+			c.execMs*1000/r, float64(c.walRecords)/r, float64(c.walBytes)/r, c.walFPI, strings.Join(w, ", "))
+	}
+	tb.Log(sb.String())
+}
+
+// BenchmarkStatementCosts measures, with EXPLAIN (ANALYZE, BUFFERS, WAL),
+// what each statement on the hot path costs the server per reminder: the
+// dispatcher's (batches of 500) and the workers' (batches of 50), over a
+// fresh table of NUDGE_BENCH_N (default 20,000) due reminders in four
+// tenants, left without statistics as after a bulk intake.
+//
+//	go test ./internal/store -run '^$' -bench StatementCosts -benchtime 1x -v
+func BenchmarkStatementCosts(b *testing.B) {
+	n := 20000
+	if _, err := fmt.Sscan(envOr("NUDGE_BENCH_N", "20000"), &n); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		statementCosts(b, n)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func statementCosts(b *testing.B, n int) {
+	ctx := context.Background()
+	db := testenv.Postgres(b)
+	due, deadline := time.Now().Add(-time.Minute), time.Now().Add(2*time.Hour)
+	for off := 0; off < n; off += 2000 {
+		var reqs []intake.Request
+		for i := off; i < min(off+2000, n); i++ {
+			reqs = append(reqs, intake.Request{
+				Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
+				Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
+				Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: deadline,
+			})
+		}
+		if _, err := intake.ScheduleMany(ctx, db.Pool, reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if os.Getenv("NUDGE_BENCH_ANALYZE") != "" {
+		if _, err := db.Pool.Exec(ctx, `ANALYZE reminders`); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cs := costs{by: map[string]*cost{}, xids: map[int64]string{}}
+	var lsn0, lsn1 string
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn0); err != nil {
+		b.Fatal(err)
+	}
+	const dispatchBatch, workerBatch, rounds = 500, 50, 4
+	for range rounds {
+		now := time.Now()
+		cs.explain(b, db, "ClaimDue", dispatchBatch, pgx.NamedArgs{"now": now, "cutoff": now, "limit": dispatchBatch,
+			"lease_until": now.Add(2 * time.Minute), "actor": "d"})
+		leased := fencedIn(b, db, "leased")
+		ids, fences := split(leased)
+		cs.explain(b, db, "MarkEnqueued", len(leased), pgx.NamedArgs{"now": now, "ids": ids, "fences": fences, "actor": "d"})
+		for off := 0; off < len(leased); off += workerBatch {
+			batch := leased[off:min(off+workerBatch, len(leased))]
+			ids, fences := split(batch)
+			now := time.Now()
+			cs.explain(b, db, "ClaimForDelivery", len(batch), pgx.NamedArgs{"now": now, "ids": ids, "fences": fences,
+				"lease_until": now.Add(time.Minute), "actor": "w"})
+			rows, err := db.Pool.Query(ctx, `SELECT r.id, r.fence, a.id FROM reminders r
+				JOIN delivery_attempts a ON a.reminder_id = r.id AND a.fence = r.fence
+				WHERE r.id = ANY($1) AND r.state = 'sending'`, ids)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var outs []Outcome
+			for rows.Next() {
+				o := Outcome{State: reminder.Delivered, AttemptOutcome: "delivered", Reason: "delivered", ProviderID: "p"}
+				if err := rows.Scan(&o.ReminderID, &o.Fence, &o.AttemptID); err != nil {
+					b.Fatal(err)
+				}
+				outs = append(outs, o)
+			}
+			if rows.Err() != nil || len(outs) != len(batch) {
+				b.Fatalf("claimed %d of %d: %v", len(outs), len(batch), rows.Err())
+			}
+			cs.explain(b, db, "RecordOutcomes", len(outs), outcomeArgs(time.Now(), outs, "w"))
+		}
+	}
+	cs.report(b)
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn1); err != nil {
+		b.Fatal(err)
+	}
+	cs.walDump(b, lsn0, lsn1)
+}
+
+// walDump reads the WAL written between from and to with pg_waldump and
+// reports, per statement, the records and bytes its transactions wrote (the
+// commit record included), by resource manager. It needs read access to the
+// server's pg_wal (NUDGE_PG_WAL, default the Debian path); without it, it
+// says so and returns.
+func (cs costs) walDump(tb testing.TB, from, to string) {
+	dir := envOr("NUDGE_PG_WAL", "/var/lib/postgresql/15/main/pg_wal")
+	bin := envOr("NUDGE_PG_WALDUMP", "/usr/lib/postgresql/15/bin/pg_waldump")
+	out, err := exec.Command(bin, "-p", dir, "-s", from, "-e", to).Output()
+	if err != nil && len(out) == 0 {
+		tb.Logf("pg_waldump unavailable (%v): WAL by transaction not measured", err)
+		return
+	}
+	type agg struct{ recs, bytes int64 }
+	by := map[string]map[string]*agg{} // statement → rmgr → totals
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		// rmgr: Heap len (rec/tot): 54/ 54, tx: 735, lsn: ...
+		if len(f) < 8 || f[0] != "rmgr:" {
+			continue
+		}
+		i := slices.Index(f, "tx:")
+		if i < 0 || i+1 >= len(f) {
+			continue
+		}
+		xid, err := strconv.ParseInt(strings.TrimSuffix(f[i+1], ","), 10, 64)
+		if err != nil {
+			continue
+		}
+		name, ok := cs.xids[xid]
+		if !ok {
+			continue
+		}
+		tot := strings.TrimSuffix(f[i-1], ",")
+		if j := strings.LastIndexByte(tot, '/'); j >= 0 {
+			tot = tot[j+1:]
+		}
+		n, _ := strconv.ParseInt(tot, 10, 64)
+		if by[name] == nil {
+			by[name] = map[string]*agg{}
+		}
+		a := by[name][f[1]]
+		if a == nil {
+			a = &agg{}
+			by[name][f[1]] = a
+		}
+		a.recs++
+		a.bytes += n
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nWAL per reminder from pg_waldump (the statements' own transactions)\n")
+	names := slices.Sorted(maps.Keys(by))
+	var total float64
+	for _, name := range names {
+		r := float64(cs.by[name].rows)
+		var recs, bytes int64
+		var parts []string
+		for _, rm := range slices.Sorted(maps.Keys(by[name])) {
+			a := by[name][rm]
+			recs += a.recs
+			bytes += a.bytes
+			parts = append(parts, fmt.Sprintf("%s %.1f rec %.0f B", rm, float64(a.recs)/r, float64(a.bytes)/r))
+		}
+		total += float64(bytes) / r
+		fmt.Fprintf(&sb, "%-18s %6.1f rec/row %7.0f B/row   %s\n", name, float64(recs)/r, float64(bytes)/r,
+			strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(&sb, "total per reminder through the pipeline: %.0f B\n", total)
+	tb.Log(sb.String())
+}
+
+func fencedIn(tb testing.TB, db *testenv.DB, state string) []Fenced {
+	rows, err := db.Pool.Query(context.Background(), `SELECT id, fence FROM reminders WHERE state = $1 ORDER BY id`, state)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fenced, error) {
+		var f Fenced
+		return f, r.Scan(&f.ID, &f.Fence)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// outcomeArgs are RecordOutcomes' arguments, as Store.RecordOutcomes builds them.
+func outcomeArgs(now time.Time, os []Outcome, actor string) pgx.NamedArgs {
+	n := len(os)
+	ids, fences, attemptIDs := make([]int64, n), make([]int64, n), make([]int64, n)
+	states, outcomes, errs, reasons, provIDs := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n)
+	next := make([]*time.Time, n)
+	for i, o := range os {
+		ids[i], fences[i], attemptIDs[i] = o.ReminderID, o.Fence, o.AttemptID
+		states[i], outcomes[i], errs[i], reasons[i], provIDs[i] = string(o.State), o.AttemptOutcome, o.Error, o.Reason, o.ProviderID
+		next[i] = o.NextAttemptAt
+	}
+	return pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "attempt_ids": attemptIDs, "states": states,
+		"outcomes": outcomes, "next_attempts": next, "errors": errs, "reasons": reasons,
+		"provider_ids": provIDs, "actor": actor,
+	}
+}

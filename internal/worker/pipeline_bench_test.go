@@ -1,0 +1,392 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/fakesms"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/sms"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/internal/worker"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// BenchmarkPipeline runs N due SMS reminders (NUDGE_BENCH_N, default 20,000,
+// four tenants) through one dispatcher pass and NUDGE_BENCH_WORKERS (default
+// 2) in-process workers in their default configuration, as make bench does,
+// and reports where the cost goes: the rate (first claim to last terminal
+// event), CPU per 1,000 reminders of this process and of the PostgreSQL
+// backends serving it (found by application_name), round trips per reminder
+// and client-side time per statement, WAL per reminder (the server's whole
+// WAL, so noisy on a shared server) and deadlocks. Run it once per variant:
+//
+//	go test ./internal/worker -run '^$' -bench Pipeline -benchtime 1x -v
+//
+// NUDGE_BENCH_SENDER=nop replaces the HTTP hop to the fake provider with an
+// in-process sink; NUDGE_BENCH_CPUPROFILE=FILE writes a CPU profile of the
+// measured window only (seeding excluded).
+func BenchmarkPipeline(b *testing.B) {
+	n := envInt("NUDGE_BENCH_N", 20000)
+	k := envInt("NUDGE_BENCH_WORKERS", 2)
+	for range b.N {
+		runPipeline(b, n, k)
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// stmtStat is what the tracer saw of one statement.
+type stmtStat struct {
+	calls, prepares int64
+	dur             time.Duration
+}
+
+// tracer counts round trips and client-side time per statement.
+type tracer struct {
+	mu sync.Mutex
+	m  map[string]*stmtStat
+}
+
+type traceKey struct{}
+
+type traceStart struct {
+	name string
+	at   time.Time
+}
+
+// stmtName names a statement from its SQL.
+func stmtName(sql string) string {
+	for _, c := range []struct{ sub, name string }{
+		{"WITH RECURSIVE tenants", "ClaimDue"},
+		{"SET state = 'enqueued'", "MarkEnqueued"},
+		{"r.template, r.data", "ClaimForDelivery"},
+		{"INSERT INTO delivery_attempts", "ClaimAttempts"},
+		{"o(id, fence, attempt_id", "RecordOutcomes"},
+		{"nudge_rate_reserve", "RateReserve"},
+		{"SET state = 'expired'", "Expire*"},
+		{"WHERE id = ANY", "LoadForDelivery"},
+	} {
+		if strings.Contains(sql, c.sub) {
+			return c.name
+		}
+	}
+	s := strings.Join(strings.Fields(sql), " ")
+	return s[:min(len(s), 50)]
+}
+
+func (t *tracer) stat(name string) *stmtStat {
+	s := t.m[name]
+	if s == nil {
+		s = &stmtStat{}
+		t.m[name] = s
+	}
+	return s
+}
+
+func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, traceKey{}, traceStart{stmtName(d.SQL), time.Now()})
+}
+
+func (t *tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	st, ok := ctx.Value(traceKey{}).(traceStart)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	s := t.stat(st.name)
+	s.calls++
+	s.dur += time.Since(st.at)
+	t.mu.Unlock()
+}
+
+func (t *tracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
+	t.mu.Lock()
+	t.stat(stmtName(d.SQL)).prepares++
+	t.mu.Unlock()
+	return ctx
+}
+
+func (t *tracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (t *tracer) reset() {
+	t.mu.Lock()
+	t.m = map[string]*stmtStat{}
+	t.mu.Unlock()
+}
+
+// procCPU is the user+system CPU time of a process, from /proc.
+func procCPU(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// nopSender accepts every message at once.
+type nopSender struct{}
+
+func (nopSender) Send(_ context.Context, m provider.Message) (string, error) {
+	return "nop-" + strconv.FormatInt(m.ReminderID, 10), nil
+}
+
+func runPipeline(b *testing.B, n, k int) {
+	ctx := context.Background()
+	db := testenv.Postgres(b)
+	mq := testenv.RabbitMQ(b)
+	topo := mq.Topology
+	app := "nudgeprof-" + testenv.RandomID()
+	tr := &tracer{m: map[string]*stmtStat{}}
+	newPool := func() *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+		cfg.ConnConfig.Tracer = tr
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(p.Close)
+		return p
+	}
+
+	const chunk = 2000
+	due, deadline := time.Now().Add(-time.Minute), time.Now().Add(2*time.Hour)
+	for off := 0; off < n; off += chunk {
+		reqs := make([]intake.Request, 0, chunk)
+		for i := off; i < min(off+chunk, n); i++ {
+			reqs = append(reqs, intake.Request{
+				Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
+				Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
+				Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: deadline,
+			})
+		}
+		out, err := intake.ScheduleMany(ctx, db.Pool, reqs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range out {
+			if o.Err != nil {
+				b.Fatal(o.Err)
+			}
+		}
+	}
+	keys, err := message.ParseKeys("bench:nudge-bench-signing-secret-0123456789")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sender provider.Sender = nopSender{}
+	if os.Getenv("NUDGE_BENCH_SENDER") != "nop" {
+		sink := httptest.NewServer(fakesms.New())
+		b.Cleanup(sink.Close)
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
+		if sender, err = sms.New(sms.Config{URL: sink.URL, Timeout: 10 * time.Second, HTTPClient: hc}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var workers []*worker.Worker
+	for i := range k {
+		w, err := worker.New(worker.Config{Channel: reminder.SMS, Name: fmt.Sprintf("%s-w%d", topo.Prefix, i)},
+			worker.Deps{AMQPURL: mq.URL, Topology: topo, Store: store.New(newPool()), Sender: sender,
+				Keys: keys, Clock: clock.Real{}, Log: zerolog.Nop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		workers = append(workers, w)
+		wg.Go(func() { _ = w.Run(wctx) })
+	}
+	defer func() { cancel(); wg.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ready := true
+		for _, w := range workers {
+			ready = ready && w.Ready()
+		}
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("workers not ready")
+		}
+	}
+	pub := broker.NewPublisher(mq.URL, topo, topo.Prefix+"-dispatcher")
+	defer pub.Close()
+	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
+		Store: store.New(newPool()), Publisher: pub, Keys: keys, Topology: topo, Clock: clock.Real{},
+		Actor: "bench-dispatcher",
+	}, Log: zerolog.Nop()}
+
+	// Backends serving this run: the pools open their connections lazily,
+	// and one opened during the run counts from zero.
+	backends := func() map[int]time.Duration {
+		rows, err := db.Pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			b.Fatal(err)
+		}
+		out := map[int]time.Duration{}
+		for _, p := range pids {
+			out[int(p)] = procCPU(int(p))
+		}
+		return out
+	}
+	var wal0, wal1 string
+	var dl0, dl1 int64
+	walDeadlocks := func(lsn *string, dl *int64) {
+		if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text,
+			(SELECT deadlocks FROM pg_stat_database WHERE datname = current_database())`).Scan(lsn, dl); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tr.reset()
+	pg0 := backends()
+	walDeadlocks(&wal0, &dl0)
+	if f := os.Getenv("NUDGE_BENCH_CPUPROFILE"); f != "" {
+		pf, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0, t0 := selfCPU(), time.Now()
+	b.ResetTimer()
+
+	dispErr := make(chan error, 1)
+	var sum dispatch.Summary
+	go func() {
+		var err error
+		sum, err = d.RunOnce(ctx)
+		dispErr <- err
+	}()
+	var dispElapsed time.Duration
+	for limit := time.Now().Add(10 * time.Minute); ; {
+		var done int64
+		for _, w := range workers {
+			c := w.Counts()
+			done += c.Delivered + c.Failed + c.Expired
+		}
+		if done >= int64(n) {
+			break
+		}
+		if time.Now().After(limit) {
+			b.Fatalf("only %d of %d terminal after 10 minutes", done, n)
+		}
+		select {
+		case err := <-dispErr:
+			if err != nil {
+				b.Fatalf("dispatcher: %v", err)
+			}
+			dispElapsed = time.Since(t0)
+			dispErr = nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	wall := time.Since(t0)
+	b.StopTimer()
+	goCPU := selfCPU() - cpu0
+	pprof.StopCPUProfile()
+	if dispErr != nil {
+		if err := <-dispErr; err != nil {
+			b.Fatalf("dispatcher: %v", err)
+		}
+		dispElapsed = time.Since(t0)
+	}
+	var pgCPU time.Duration
+	for pid, c := range backends() {
+		pgCPU += c - pg0[pid]
+	}
+	walDeadlocks(&wal1, &dl1)
+	var walBytes float64
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)`, wal1, wal0).
+		Scan(&walBytes); err != nil {
+		b.Fatal(err)
+	}
+	var first, last time.Time
+	var delivered int
+	if err := db.Pool.QueryRow(ctx, `SELECT min(at) FILTER (WHERE to_state = 'leased'),
+		       max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled')),
+		       count(*) FILTER (WHERE to_state = 'delivered') FROM reminder_events`).
+		Scan(&first, &last, &delivered); err != nil {
+		b.Fatal(err)
+	}
+	if delivered != n {
+		b.Fatalf("delivered %d of %d", delivered, n)
+	}
+	rate := float64(n) / last.Sub(first).Seconds()
+	per1k := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
+
+	tr.mu.Lock()
+	var names []string
+	var calls int64
+	for name, s := range tr.m {
+		names = append(names, name)
+		calls += s.calls
+	}
+	sort.Slice(names, func(i, j int) bool { return tr.m[names[i]].dur > tr.m[names[j]].dur })
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nN=%d workers=%d rate=%.0f/s wall=%s dispatcher pass=%s (%d batches)\n",
+		n, k, rate, wall.Round(time.Millisecond), dispElapsed.Round(time.Millisecond), sum.Batches)
+	fmt.Fprintf(&sb, "CPU-s per 1000: go %.3f, pg backends %.3f; WAL %.0f B/reminder (whole server); deadlocks %d\n",
+		per1k(goCPU), per1k(pgCPU), walBytes/float64(n), dl1-dl0)
+	fmt.Fprintf(&sb, "round trips per reminder %.3f\n", float64(calls)/float64(n))
+	fmt.Fprintf(&sb, "%-18s %8s %8s %10s %10s %10s\n", "statement", "calls", "prep", "ms total", "ms/call", "calls/rem")
+	for _, name := range names {
+		s := tr.m[name]
+		fmt.Fprintf(&sb, "%-18s %8d %8d %10.0f %10.2f %10.4f\n", name, s.calls, s.prepares,
+			s.dur.Seconds()*1000, s.dur.Seconds()*1000/float64(max(s.calls, 1)), float64(s.calls)/float64(n))
+	}
+	tr.mu.Unlock()
+	b.Log(sb.String())
+	b.ReportMetric(rate, "reminders/s")
+	b.ReportMetric(per1k(goCPU), "go-cpu-s/1k")
+	b.ReportMetric(per1k(pgCPU), "pg-cpu-s/1k")
+	b.ReportMetric(float64(calls)/float64(n), "roundtrips/rem")
+	b.ReportMetric(walBytes/float64(n), "wal-B/rem")
+}
