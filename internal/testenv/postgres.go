@@ -67,6 +67,7 @@ func Postgres(tb testing.TB) *DB {
 	}
 	q := u.Query()
 	q.Set("search_path", name)
+	q.Set("jit", "off") // as the binaries' pools (config.Common.Pool)
 	u.RawQuery = q.Encode()
 
 	pool, err := pgxpool.New(ctx, u.String())

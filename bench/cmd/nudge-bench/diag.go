@@ -18,7 +18,7 @@ import (
 // reach PostgreSQL without their "-- name:" line).
 func statementOf(q string) string {
 	switch {
-	case strings.Contains(q, "WITH due AS"):
+	case strings.Contains(q, "WITH due AS"), strings.Contains(q, "WITH RECURSIVE tenants"):
 		return "ClaimDue"
 	case strings.Contains(q, "SET state = 'enqueued'"):
 		return "MarkEnqueued"
@@ -54,8 +54,7 @@ func sampleActivity(ctx context.Context, e *env) func() map[string]int {
 		}
 		defer conn.Close(context.Background())
 		for ctx.Err() == nil {
-			rows, err := conn.Query(ctx, `SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU')
-				FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND datname = current_database()`)
+			rows, err := conn.Query(ctx, stmt("ActiveBackends"))
 			if err != nil {
 				return
 			}
@@ -83,7 +82,7 @@ func diagnose(ctx context.Context, e *env, n, k int) error {
 		return err
 	}
 	qs := sqlfile.Parse("queries.sql", string(src))
-	s, err := setupNudge(ctx, e, n)
+	s, err := setupNudge(ctx, e, n, nil)
 	if err != nil {
 		return err
 	}
@@ -109,7 +108,7 @@ func diagnose(ctx context.Context, e *env, n, k int) error {
 	err = explain("ClaimDue", pgx.NamedArgs{"now": now, "cutoff": now, "limit": 500, "lease_until": now.Add(time.Minute), "actor": "diag"})
 	if err == nil {
 		var ids, fences []int64
-		rows, _ := tx.Query(ctx, `SELECT id, fence FROM reminders WHERE state = 'leased' LIMIT 500`)
+		rows, _ := tx.Query(ctx, stmt("LeasedSample"))
 		for rows.Next() {
 			var id, f int64
 			_ = rows.Scan(&id, &f)

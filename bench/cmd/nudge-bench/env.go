@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -32,21 +33,31 @@ func (e *env) schemaURL(schema string) string {
 	u, _ := url.Parse(e.dbURL)
 	q := u.Query()
 	q.Set("search_path", schema)
+	// JIT off, as Nudge's binaries set it (config.Common.Pool), for both
+	// systems: it only costs short statements that run thousands of times.
+	q.Set("jit", "off")
 	u.RawQuery = q.Encode()
 	return u.String()
 }
 
-// newSchema creates a schema and returns a drop function.
+// newSchema creates a schema and returns a drop function, which says so on
+// stderr when the drop fails (the scale tables are gigabytes).
 func (e *env) newSchema(ctx context.Context, prefix string) (string, func(), error) {
 	name := prefix + "_" + testenv.RandomID()
 	if _, err := e.admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("creating schema %s: %w", name, err)
 	}
-	return name, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = e.admin.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
-	}, nil
+	return name, func() { e.dropSchema(name) }, nil
+}
+
+// dropSchema drops a schema and everything in it, with a context of its own
+// so that it also runs after an interrupt.
+func (e *env) dropSchema(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := e.admin.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+		fmt.Fprintf(os.Stderr, "nudge-bench: dropping schema %s: %v (drop it by hand)\n", name, err)
+	}
 }
 
 // stats is the median, min and max of a measurement's runs.
@@ -118,8 +129,12 @@ func (a cpuTicks) sub(b cpuTicks) cpuTicks {
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
 // peakRSSMiB reads VmHWM of this process.
-func peakRSSMiB() float64 {
-	f, err := os.Open("/proc/self/status")
+func peakRSSMiB() float64 { return vmHWM("/proc/self/status") }
+
+// vmHWM reads the peak resident set size (VmHWM) from a /proc/*/status
+// file, in MiB; 0 when the process is gone.
+func vmHWM(status string) float64 {
+	f, err := os.Open(status)
 	if err != nil {
 		return 0
 	}
@@ -134,6 +149,27 @@ func peakRSSMiB() float64 {
 	return 0
 }
 
+// cpuSeconds is the user+system CPU time of one process, from /proc; 0 when
+// it is gone.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	close := strings.LastIndexByte(s, ')')
+	if close < 0 || close+2 > len(s) {
+		return 0
+	}
+	f := strings.Fields(s[close+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / clockTicks
+}
+
 // machine describes where the figures were measured.
 type machine struct {
 	CPUs     int
@@ -141,6 +177,12 @@ type machine struct {
 	MemGiB   float64
 	Go       string
 	Postgres string
+	// SharedBuffers is PostgreSQL's buffer cache: whether a table fits in it
+	// decides what the scale runs read from the OS.
+	SharedBuffers string
+	// JIT is PostgreSQL's JIT setting and thresholds: a statement whose
+	// cost estimate passes them is compiled on every execution.
+	JIT      string
 	RabbitMQ string
 	Kernel   string
 	When     time.Time
@@ -165,6 +207,12 @@ func describe(ctx context.Context, e *env) machine {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
 	_ = e.admin.QueryRow(ctx, "SHOW server_version").Scan(&m.Postgres)
+	_ = e.admin.QueryRow(ctx, "SHOW shared_buffers").Scan(&m.SharedBuffers)
+	var jit, above, inline, optimize string
+	if e.admin.QueryRow(ctx, "SELECT current_setting('jit'), current_setting('jit_above_cost'), current_setting('jit_inline_above_cost'), current_setting('jit_optimize_above_cost')").
+		Scan(&jit, &above, &inline, &optimize) == nil {
+		m.JIT = fmt.Sprintf("`jit` %s: above a cost of %s, inlining above %s, optimization above %s", jit, above, inline, optimize)
+	}
 	if conn, err := amqp.Dial(e.amqpURL); err == nil {
 		if v, ok := conn.Properties["version"].(string); ok {
 			m.RabbitMQ = v

@@ -1,56 +1,108 @@
-// Command nudge-bench measures Nudge end to end, side by side with River and
-// the raw broker, on the PostgreSQL and RabbitMQ of this machine, and writes
-// docs/benchmarks.md with a chart. Every benchmark runs in a PostgreSQL
-// schema and a queue prefix of its own, deleted afterwards.
+// Command nudge-bench measures Nudge on the PostgreSQL and RabbitMQ of this
+// machine and writes docs/benchmarks.md with a chart, so that every figure
+// the performance issue asks for comes from one command (`make bench`) and
+// one run, side by side with River and the raw broker as references:
+//
+//   - end-to-end throughput against River at 1, 2 and 4 workers, with the
+//     CPU each side spends (in-process workers, so the profile sees them);
+//   - the dispatcher alone against raw publishing with confirms;
+//   - latency per hop at half the measured throughput, from the event trail
+//     and the hop histograms;
+//   - the claim rate with 10 thousand, 1 million and 10 million rows present;
+//   - the peak RSS of the real worker and dispatcher binaries, each a process
+//     of its own.
+//
+// Every benchmark runs in a PostgreSQL schema and a queue prefix of its own,
+// deleted afterwards, even when the run fails or is interrupted. Every
+// figure is the median of several runs with min and max, the runs
+// interleaved so a slow minute of a shared machine spreads over all of them.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"image/color"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/internal/testenv"
 )
 
 type options struct {
-	n, runs, window  int
-	workers          []int
-	out, chart, prof string
-	profileWorkers   int
-	diagnose         bool
+	n, nOther, runs, window int
+	workers                 []int
+	headline                int
+	out, chart, prof, repo  string
+	profileWorkers          int
+	diagnose                bool
+	sections                map[string]bool
+
+	latencyLoad, latencyRate float64
+	latencyFor, latencyEvery time.Duration
+
+	scaleSizes          []int
+	scalePerRun, batch  int
+	procN, procPrefetch int
 }
+
+// sections of a run, for -only.
+var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "scale"}
 
 func main() {
 	var o options
-	var workers string
-	flag.IntVar(&o.n, "n", 20000, "reminders / jobs / messages per run (the issue's full size is 100000)")
+	var workers, sizes, only string
+	flag.IntVar(&o.n, "n", 100000, "reminders / jobs per run of the headline comparison (-headline workers, Nudge and River)")
+	flag.IntVar(&o.nOther, "n-other", 10000, "reminders / jobs / messages per run everywhere else (other worker counts, raw broker, dispatcher alone)")
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of every measurement (median, min, max are reported)")
 	flag.StringVar(&workers, "workers", "1,2,4", "worker counts for the end-to-end and River runs")
+	flag.IntVar(&o.headline, "headline", 2, "the worker count of the headline comparison (runs at -n)")
 	flag.IntVar(&o.window, "window", 1000, "raw broker confirm window and consumer prefetch")
 	flag.StringVar(&o.out, "out", "../docs/benchmarks.md", "report to write")
 	flag.StringVar(&o.chart, "chart", "../docs/benchmarks-throughput.png", "chart to write")
+	flag.StringVar(&o.repo, "repo", "..", "the Nudge repository, whose cmd/sms-worker and cmd/dispatcher are built")
 	flag.StringVar(&o.prof, "cpuprofile", "out/cpu-e2e.pprof", "CPU profile of the first end-to-end run with -profile-workers workers (empty: none)")
 	flag.IntVar(&o.profileWorkers, "profile-workers", 2, "worker count of the profiled end-to-end run")
+	flag.Float64Var(&o.latencyLoad, "latency-load", 0.5, "latency runs offer this share of the median headline end-to-end throughput")
+	flag.Float64Var(&o.latencyRate, "latency-rate", 0, "latency runs offer this many reminders/s instead (0: -latency-load)")
+	flag.DurationVar(&o.latencyFor, "latency-for", 12*time.Second, "how long the stream of a latency run lasts")
+	flag.DurationVar(&o.latencyEvery, "latency-every", 100*time.Millisecond, "the dispatcher's --every during latency runs")
+	flag.StringVar(&sizes, "scale-sizes", "10000,1000000,10000000", "table sizes of the claim-rate-at-scale runs: rows terminal or due later, besides the due rows claimed")
+	flag.IntVar(&o.scalePerRun, "scale-claims", 5000, "rows claimed per scale run and layout (every table holds 2 × -runs times as many due rows on top of its size)")
+	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
+	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
+	flag.IntVar(&o.procPrefetch, "proc-prefetch", 500, "the worker process's --prefetch")
+	flag.StringVar(&only, "only", strings.Join(allSections, ","), "sections to run: "+strings.Join(allSections, ","))
 	flag.BoolVar(&o.diagnose, "diagnose", false, "instead of the benchmark: EXPLAIN ANALYZE the dispatcher's statements and sample pg_stat_activity during one e2e run with -profile-workers workers")
 	flag.Parse()
-	for _, w := range strings.Split(workers, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(w))
-		if err != nil || k < 1 {
-			fmt.Fprintln(os.Stderr, "bad -workers:", workers)
-			os.Exit(2)
-		}
-		o.workers = append(o.workers, k)
+	var err error
+	if o.workers, err = intList(workers, 1); err != nil {
+		fatalUsage("-workers", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	if o.scaleSizes, err = intList(sizes, 1); err != nil {
+		fatalUsage("-scale-sizes", err)
+	}
+	o.sections = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allSections, s) {
+			fatalUsage("-only", fmt.Errorf("unknown section %q", s))
+		}
+		o.sections[s] = true
+	}
+	if o.runs < 1 {
+		fatalUsage("-runs", errors.New("must be at least 1"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "nudge-bench:", err)
@@ -58,12 +110,41 @@ func main() {
 	}
 }
 
+func intList(s string, least int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < least {
+			return nil, fmt.Errorf("%q: want integers of at least %d, comma-separated", s, least)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func fatalUsage(flagName string, err error) {
+	fmt.Fprintf(os.Stderr, "nudge-bench: %s: %v\n", flagName, err)
+	os.Exit(2)
+}
+
+// nFor is the run size for k workers.
+func (o options) nFor(k int) int {
+	if k == o.headline {
+		return o.n
+	}
+	return o.nOther
+}
+
 type results struct {
 	raw      []rawResult
 	disp     []dispatchResult
 	e2e      map[int][]e2eResult
 	river    map[int][]riverResult
+	latency  []latencyResult
+	procs    []procResult
+	scale    []scaleResult
 	elapsed  time.Duration
+	spent    map[string]time.Duration // wall time by section, seeding and cleanup included
 	profiled string
 	loads    []float64
 }
@@ -78,7 +159,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var err error
 	if e.admin, err = pgxpool.New(ctx, e.dbURL); err != nil {
-		return err
+		return fmt.Errorf("PostgreSQL at %s: %w", e.dbURL, err)
 	}
 	defer e.admin.Close()
 	if err := e.admin.Ping(ctx); err != nil {
@@ -88,10 +169,17 @@ func run(ctx context.Context, o options) error {
 		return diagnose(ctx, e, o.n, o.profileWorkers)
 	}
 	m := describe(ctx, e)
-	fmt.Printf("nudge-bench: n=%d runs=%d workers=%v on %d CPUs, PostgreSQL %s, RabbitMQ %s, %s\n",
-		o.n, o.runs, o.workers, m.CPUs, m.Postgres, m.RabbitMQ, m.Go)
-	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}}
+	fmt.Printf("nudge-bench: n=%d (headline, %d workers), n-other=%d, runs=%d, workers=%v, sections=%v on %d CPUs, PostgreSQL %s, RabbitMQ %s, %s\n",
+		o.n, o.headline, o.nOther, o.runs, o.workers, o.sections, m.CPUs, m.Postgres, m.RabbitMQ, m.Go)
+	if o.sections["scale"] {
+		if err := dropLeftoverScaleSchemas(ctx, e); err != nil {
+			return err
+		}
+	}
+	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}, spent: map[string]time.Duration{}}
 	start := time.Now()
+	mark := time.Now()
+	lap := func(section string) { r.spent[section] += time.Since(mark); mark = time.Now() }
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	loadDone := make(chan struct{})
@@ -105,218 +193,138 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}()
-	if o.prof != "" {
+	if o.prof != "" && o.sections["e2e"] {
 		if err := os.MkdirAll(filepath.Dir(o.prof), 0o755); err != nil {
-			return err
+			return fmt.Errorf("profile directory: %w", err)
 		}
 	}
+	var bins *binaries
+	if o.sections["procs"] {
+		fmt.Println("building cmd/sms-worker and cmd/dispatcher")
+		if bins, err = buildBinaries(ctx, o.repo); err != nil {
+			return err
+		}
+		defer bins.remove()
+		lap("procs")
+	}
+	if o.sections["latency"] && !o.sections["e2e"] && o.latencyRate <= 0 {
+		return errors.New("latency runs without e2e runs need -latency-rate")
+	}
+
 	// Interleave the measurements so a slow minute of the machine spreads
 	// over all of them rather than skewing one.
 	for i := range o.runs {
-		fmt.Printf("run %d/%d\n", i+1, o.runs)
-		rr, err := rawBroker(ctx, e, o.n, o.window)
-		if err != nil {
-			return fmt.Errorf("raw broker: %w", err)
-		}
-		fmt.Printf("  raw broker: publish %.0f msg/s, consume %.0f msg/s\n", rr.PublishRate, rr.ConsumeRate)
-		r.raw = append(r.raw, rr)
-		dr, err := dispatcherAlone(ctx, e, o.n)
-		if err != nil {
-			return fmt.Errorf("dispatcher alone: %w", err)
-		}
-		fmt.Printf("  dispatcher alone: %.0f reminders/s (%d batches)\n", dr.Rate, dr.Batches)
-		r.disp = append(r.disp, dr)
-		for _, k := range o.workers {
-			prof := ""
-			if i == 0 && k == o.profileWorkers {
-				prof, r.profiled = o.prof, o.prof
-			}
-			er, err := nudgeE2E(ctx, e, o.n, k, prof)
+		fmt.Printf("run %d/%d (%s)\n", i+1, o.runs, time.Since(start).Round(time.Second))
+		if o.sections["raw"] {
+			rr, err := rawBroker(ctx, e, o.nOther, o.window)
 			if err != nil {
-				return fmt.Errorf("nudge e2e, %d workers: %w", k, err)
+				return fmt.Errorf("raw broker: %w", err)
 			}
-			fmt.Printf("  nudge e2e, %d workers: %.0f reminders/s (%s, %d delivered, p99 claim-to-terminal %.0f ms)\n",
-				k, er.Rate, er.Elapsed.Round(time.Millisecond), er.Delivered, er.P99)
-			r.e2e[k] = append(r.e2e[k], er)
-			vr, err := riverRun(ctx, e, o.n, k)
+			fmt.Printf("  raw broker: publish %.0f msg/s, consume %.0f msg/s\n", rr.PublishRate, rr.ConsumeRate)
+			r.raw = append(r.raw, rr)
+			lap("raw")
+		}
+		if o.sections["dispatcher"] {
+			dr, err := dispatcherAlone(ctx, e, o.nOther)
 			if err != nil {
-				return fmt.Errorf("river, %d workers: %w", k, err)
+				return fmt.Errorf("dispatcher alone: %w", err)
 			}
-			fmt.Printf("  river, %d clients: %.0f jobs/s (%s)\n", k, vr.Rate, vr.Elapsed.Round(time.Millisecond))
-			r.river[k] = append(r.river[k], vr)
+			fmt.Printf("  dispatcher alone: %.0f reminders/s (%d batches)\n", dr.Rate, dr.Batches)
+			r.disp = append(r.disp, dr)
+			lap("dispatcher")
+		}
+		if o.sections["e2e"] {
+			for _, k := range o.workers {
+				prof := ""
+				if i == 0 && k == o.profileWorkers && o.prof != "" {
+					prof, r.profiled = o.prof, o.prof
+				}
+				er, err := nudgeE2E(ctx, e, o.nFor(k), k, prof)
+				if err != nil {
+					return fmt.Errorf("nudge e2e, %d workers: %w", k, err)
+				}
+				fmt.Printf("  nudge e2e, %d workers, n=%d: %.0f reminders/s (%s, %d delivered, p99 claim-to-terminal %.0f ms)\n",
+					k, o.nFor(k), er.Rate, er.Elapsed.Round(time.Millisecond), er.Delivered, er.P99)
+				r.e2e[k] = append(r.e2e[k], er)
+				lap("e2e")
+				vr, err := riverRun(ctx, e, o.nFor(k), k)
+				if err != nil {
+					return fmt.Errorf("river, %d workers: %w", k, err)
+				}
+				fmt.Printf("  river, %d clients, n=%d: %.0f jobs/s (%s)\n", k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
+				r.river[k] = append(r.river[k], vr)
+				lap("river")
+			}
+		}
+		if o.sections["latency"] {
+			rate := o.latencyRate
+			if rate <= 0 {
+				rate = o.latencyLoad * pick(r.e2e[o.headline], func(x e2eResult) float64 { return x.Rate }).Median
+			}
+			lr, err := latencyRun(ctx, e, rate, o.latencyFor, o.headline, o.latencyEvery)
+			if err != nil {
+				return fmt.Errorf("latency at %.0f/s: %w", rate, err)
+			}
+			et := lr.Hops[hopEnqueueToTerminal]
+			fmt.Printf("  latency, %d workers, offered %.0f/s, achieved %.0f/s: enqueue-to-terminal p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max)
+			r.latency = append(r.latency, lr)
+			lap("latency")
+		}
+		if o.sections["procs"] {
+			pr, err := procRun(ctx, e, bins, o.procN, o.procPrefetch, o.batch)
+			if err != nil {
+				return fmt.Errorf("worker and dispatcher processes: %w", err)
+			}
+			fmt.Printf("  processes: sms-worker peak RSS %.1f MiB, dispatcher %.1f MiB, %.0f reminders/s\n",
+				pr.WorkerMiB, pr.DispatcherMiB, pr.Rate)
+			r.procs = append(r.procs, pr)
+			lap("procs")
+		}
+	}
+	if o.sections["scale"] {
+		fmt.Printf("scale (%s)\n", time.Since(start).Round(time.Second))
+		claimSQL, err := storeStatement(o.repo, "ClaimDue")
+		if err != nil {
+			return err
+		}
+		for _, size := range o.scaleSizes {
+			sr, err := scaleRun(ctx, e, claimSQL, size, slices.Min(o.scaleSizes), o.runs, o.scalePerRun, o.batch)
+			if err != nil {
+				return fmt.Errorf("scale, %d rows: %w", size, err)
+			}
+			fmt.Printf("  %d rows (loaded in %s, indexed in %s, %.0f MiB with indexes, claim cost estimate %.0f, JIT %v): claimed rows/s, median, vs the %d-row control: clustered %.0f vs %.0f, spread %.0f vs %.0f\n",
+				size, sr.Load.Round(time.Second), sr.Index.Round(time.Second), float64(sr.TotalBytes)/(1<<20), sr.Plan.Cost, sr.Plan.JIT, sr.ControlSize,
+				summarize(sr.Clustered.Rates).Median, summarize(sr.ControlClustered.Rates).Median,
+				summarize(sr.Spread.Rates).Median, summarize(sr.ControlSpread.Rates).Median)
+			r.scale = append(r.scale, sr)
+			lap("scale")
 		}
 	}
 	r.elapsed = time.Since(start)
 	stopLoad()
 	<-loadDone
+	fmt.Printf("done in %s (%s)\n", r.elapsed.Round(time.Second), r.spentLine())
 	return report(o, m, r)
 }
 
-func pick[T any](xs []T, f func(T) float64) stats {
-	v := make([]float64, len(xs))
-	for i, x := range xs {
-		v[i] = f(x)
+// spentLine lists the wall time by section, in the order they run.
+func (r results) spentLine() string {
+	var parts []string
+	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "procs", "scale"} {
+		if d, ok := r.spent[s]; ok {
+			parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Second)))
+		}
 	}
-	return summarize(v)
+	return strings.Join(parts, ", ")
 }
 
-func fmtS(s stats) string { return fmt.Sprintf("%.0f | %.0f | %.0f", s.Median, s.Min, s.Max) }
-
-func report(o options, m machine, r results) error {
-	var b strings.Builder
-	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	groups := make([]string, len(o.workers))
-	var nudgeS, riverS []stats
-	for i, k := range o.workers {
-		groups[i] = fmt.Sprintf("%d worker(s)", k)
-		nudgeS = append(nudgeS, pick(r.e2e[k], func(x e2eResult) float64 { return x.Rate }))
-		riverS = append(riverS, pick(r.river[k], func(x riverResult) float64 { return x.Rate }))
+// storeStatement reads one of Nudge's own statements from the repository's
+// internal/store/queries.sql (the file the store embeds), for EXPLAIN.
+func storeStatement(repo, name string) (string, error) {
+	src, err := os.ReadFile(filepath.Join(repo, "internal", "store", "queries.sql"))
+	if err != nil {
+		return "", fmt.Errorf("reading the store's statements: %w", err)
 	}
-	if o.chart != "" {
-		if err := drawChart(o.chart, fmt.Sprintf("Throughput vs workers, N=%d (Nudge reminders/s end to end; River no-op jobs/s)", o.n),
-			groups, []series{
-				{Name: "Nudge end to end", Color: color.RGBA{52, 101, 164, 255}, Vals: nudgeS},
-				{Name: "River (no-op jobs)", Color: color.RGBA{245, 121, 0, 255}, Vals: riverS},
-			}); err != nil {
-			return fmt.Errorf("chart: %w", err)
-		}
-	}
-	rawPub := pick(r.raw, func(x rawResult) float64 { return x.PublishRate })
-	rawCon := pick(r.raw, func(x rawResult) float64 { return x.ConsumeRate })
-	disp := pick(r.disp, func(x dispatchResult) float64 { return x.Rate })
-
-	p("# Benchmarks\n\n")
-	p("Written by `make bench` (`bench/cmd/nudge-bench`, a module of its own so River never enters the main module) on %s, in %s.\n",
-		m.When.Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
-	p("N = %d per run; every figure is the **median of %d runs** with min and max; the measurements are interleaved run by run.\n\n", o.n, o.runs)
-	p("## Machine\n\n| | |\n|---|---|\n")
-	p("| CPUs (nproc) | %d × %s |\n| memory | %.1f GiB |\n| kernel | %s |\n| Go | %s |\n| PostgreSQL | %s (same machine) |\n| RabbitMQ | %s (same machine) |\n\n",
-		m.CPUs, m.CPUModel, m.MemGiB, m.Kernel, m.Go, m.Postgres, m.RabbitMQ)
-
-	ls := summarize(r.loads)
-	p("Load average (1 min) sampled every 5 s during the run: median %.1f, min %.1f, max %.1f on %d CPUs. ", ls.Median, ls.Min, ls.Max, m.CPUs)
-	p("The CPU tables count the seconds other processes on the machine used during each measurement (\"other\"): anything well above zero means the figures were taken on a shared machine and are noisier than the ratios.\n\n")
-	p("## Targets (ratios measured in the same run)\n\n| target | measured (median) | met |\n|---|---|---|\n")
-	ratio := func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
-	}
-	yes := func(ok bool) string {
-		if ok {
-			return "yes"
-		}
-		return "**no**"
-	}
-	for i, k := range o.workers {
-		rt := ratio(nudgeS[i].Median, riverS[i].Median)
-		target := ""
-		if k == 2 {
-			target = " (the target)"
-		}
-		p("| Nudge e2e / River, %d worker(s)%s ≥ 1.0 | %.2f (%.0f / %.0f) | %s |\n", k, target, rt, nudgeS[i].Median, riverS[i].Median, yes(rt >= 1.0))
-	}
-	dr := ratio(disp.Median, rawPub.Median)
-	p("| dispatcher claim-publish-record / raw publish ≥ 0.60 | %.2f (%.0f / %.0f) | %s |\n", dr, disp.Median, rawPub.Median, yes(dr >= 0.6))
-	p("| claim rate at 10M rows within 20%% of 10k | not measured yet (TODO) | – |\n")
-	p("| p99 enqueue-to-terminal < 50 ms at 50%% load | not measured yet (TODO; saturated claim-to-terminal below) | – |\n")
-	p("| worker peak RSS < 64 MiB | not measured per process yet (TODO; harness RSS below) | – |\n\n")
-
-	p("![Throughput vs worker count, Nudge vs River](benchmarks-throughput.png)\n\n")
-
-	p("## 1. End to end: Nudge vs River\n\n")
-	p("Nudge: N SMS reminders already due, one dispatcher pass (`Dispatcher.RunOnce`, batch 500) and k **in-process** `worker.Worker` instances (default config: concurrency 4, batch 50, prefetch 400), each with its own PostgreSQL pool and AMQP connections, sending to the fake SMS provider (`fakesms.New()` on `httptest`, answering at once, over a pooled HTTP transport). Rate = N / (first `leased` event → last terminal event), both from `reminder_events`. Every reminder delivered in every run: %s.\n\n", yes(allDelivered(r, o.n)))
-	p("River %s: the same N no-op jobs inserted with `InsertMany` (before the clock starts) and worked by k `river.Client`s, each with its own pool and `MaxWorkers` %d (the in-flight capacity of one Nudge worker: 4 × 50), default fetch settings. Rate = N / (first `attempted_at` → last `finalized_at`).\n\n", riverVersion, riverPerWorker)
-	p("| workers | Nudge reminders/s median | min | max | River jobs/s median | min | max | Nudge / River |\n|---|---|---|---|---|---|---|---|\n")
-	for i, k := range o.workers {
-		p("| %d | %s | %s | %.2f |\n", k, fmtS(nudgeS[i]), fmtS(riverS[i]), ratio(nudgeS[i].Median, riverS[i].Median))
-	}
-	p("\n### CPU seconds per 1,000 (median), from /proc\n\n")
-	p("Sampled from `/proc/*/stat` before and after each run: `postgres` processes, RabbitMQ (`beam.smp` and helpers), and the harness process (which hosts the Nudge dispatcher and workers — or the River clients — plus the fake SMS provider). Backends that exit during a run are not counted.\n\n")
-	p("| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | other processes (noise) |\n|---|---|---|---|---|---|---|\n")
-	per := func(c cpuTicks, n int) (a, bq, h float64) {
-		f := 1000 / float64(n)
-		return c.Postgres * f, c.RabbitMQ * f, c.Harness * f
-	}
-	other := func(xs []float64) float64 { return summarize(xs).Median }
-	for _, k := range o.workers {
-		var pg, mq, h, ot []float64
-		for _, x := range r.e2e[k] {
-			a, bq, c := per(x.CPU, o.n)
-			pg, mq, h, ot = append(pg, a), append(mq, bq), append(h, c), append(ot, x.CPU.Other*1000/float64(o.n))
-		}
-		p("| Nudge | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", k, summarize(pg).Median, summarize(mq).Median, summarize(h).Median,
-			summarize(pg).Median+summarize(mq).Median+summarize(h).Median, other(ot))
-		pg, mq, h, ot = nil, nil, nil, nil
-		for _, x := range r.river[k] {
-			a, bq, c := per(x.CPU, o.n)
-			pg, mq, h, ot = append(pg, a), append(mq, bq), append(h, c), append(ot, x.CPU.Other*1000/float64(o.n))
-		}
-		p("| River | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", k, summarize(pg).Median, summarize(mq).Median, summarize(h).Median,
-			summarize(pg).Median+summarize(mq).Median+summarize(h).Median, other(ot))
-	}
-	p("\n### Claim-to-terminal latency under saturation (not the 50%%-load target)\n\n")
-	p("Per reminder, first `leased` event → terminal event, with the whole backlog due at once, so this is mostly queueing time; it is **not** the issue's latency-at-50%%-load figure.\n\n")
-	p("| workers | p50 ms | p99 ms | max ms |\n|---|---|---|---|\n")
-	for _, k := range o.workers {
-		p("| %d | %.0f | %.0f | %.0f |\n", k,
-			pick(r.e2e[k], func(x e2eResult) float64 { return x.P50 }).Median,
-			pick(r.e2e[k], func(x e2eResult) float64 { return x.P99 }).Median,
-			pick(r.e2e[k], func(x e2eResult) float64 { return x.Max }).Median)
-	}
-
-	p("\n## 2. Dispatcher alone vs raw broker\n\n")
-	p("Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch) + sign + publish with confirms and `mandatory` + record `enqueued`; rate = enqueued / run time.\n")
-	p("Raw broker: N persistent 100-byte messages to a quorum queue of its own, publisher confirms in windows of %d; then consumed with manual acks (one `basic.ack` per message, prefetch %d).\n\n", o.window, o.window)
-	p("| measurement | median | min | max |\n|---|---|---|---|\n")
-	p("| raw publish with confirms, msg/s | %s |\n", strings.ReplaceAll(fmtS(rawPub), "|", "|"))
-	p("| raw consume with manual ack, msg/s | %s |\n", fmtS(rawCon))
-	p("| dispatcher claim-publish-record, reminders/s | %s |\n", fmtS(disp))
-	p("| dispatcher / raw publish | %.2f | | |\n\n", dr)
-
-	p("## 3. Memory (rough proxy)\n\n")
-	p("Peak RSS (`VmHWM`, reset through `/proc/self/clear_refs` before each run) of the **harness process**, which hosts everything in-process; not yet the per-process worker and dispatcher figures the issue asks for.\n\n")
-	p("| run | peak RSS MiB median | min | max |\n|---|---|---|---|\n")
-	p("| dispatcher alone | %s |\n", fmtSf(pick(r.disp, func(x dispatchResult) float64 { return x.RSS })))
-	for _, k := range o.workers {
-		p("| Nudge e2e, %d in-process workers + dispatcher + fake SMS | %s |\n", k, fmtSf(pick(r.e2e[k], func(x e2eResult) float64 { return x.RSS })))
-		p("| River, %d clients | %s |\n", k, fmtSf(pick(r.river[k], func(x riverResult) float64 { return x.RSS })))
-	}
-	if r.profiled != "" {
-		p("\n## Profile\n\nA CPU profile of the first end-to-end run with %d workers is written to `bench/%s` (`go tool pprof -top bench/%s`).\n", o.profileWorkers, r.profiled, r.profiled)
-	}
-	p("\n## Not measured yet (TODO, issue 4)\n\n")
-	p("- Workers as separate processes (this run hosts them in the harness process); CPU and RSS per process.\n")
-	p("- Latency at 50%% of the measured throughput: p50/p99/max per hop (due→claim, claim→enqueue, enqueue→worker start, start→terminal) and end to end, with reminders becoming due at a steady rate and the dispatcher in `--every` loop.\n")
-	p("- Claim rate with 10 thousand, 1 million and 10 million rows present.\n")
-	p("- Raw broker publishing and consuming at once (the issue's 17,000 msg/s reference).\n")
-	p("- N = 100,000 (`make bench BENCH_N=100000`).\n")
-	p("\n`cd bench && go run ./cmd/nudge-bench -diagnose` runs EXPLAIN (ANALYZE, BUFFERS, WAL) on the dispatcher's statements over N due reminders and samples `pg_stat_activity` every 5 ms during one end-to-end run: where PostgreSQL spends its time, by statement and wait event.\n")
-	// Hand-written notes below the marker survive a regeneration.
-	p("\n%s\n", notesMarker)
-	if old, err := os.ReadFile(o.out); err == nil {
-		if _, tail, ok := strings.Cut(string(old), notesMarker+"\n"); ok {
-			b.WriteString(tail)
-		}
-	}
-	return os.WriteFile(o.out, []byte(b.String()), 0o644)
-}
-
-func fmtSf(s stats) string { return fmt.Sprintf("%.1f | %.1f | %.1f", s.Median, s.Min, s.Max) }
-
-const riverVersion = "v0.51.2"
-
-// notesMarker starts the hand-written part of the report, kept as is.
-const notesMarker = "<!-- Hand-written notes below this line are kept by nudge-bench. -->"
-
-func allDelivered(r results, n int) bool {
-	for _, rs := range r.e2e {
-		for _, x := range rs {
-			if x.Delivered != n {
-				return false
-			}
-		}
-	}
-	return true
+	return sqlfile.Parse("queries.sql", string(src)).Get(name), nil
 }

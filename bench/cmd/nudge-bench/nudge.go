@@ -19,6 +19,7 @@ import (
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -30,8 +31,8 @@ import (
 
 const signingKeys = "bench:nudge-bench-signing-secret-0123456789"
 
-// nudgeSetup is a migrated schema holding n due SMS reminders and a topology
-// of its own; cleanup drops both.
+// nudgeSetup is a migrated schema holding n SMS reminders and a topology of
+// its own; cleanup drops both.
 type nudgeSetup struct {
 	url     string
 	pool    *pgxpool.Pool
@@ -39,7 +40,22 @@ type nudgeSetup struct {
 	cleanup func()
 }
 
-func setupNudge(ctx context.Context, e *env, n int) (*nudgeSetup, error) {
+// dueFunc gives the i-th seeded reminder its due time and deadline.
+type dueFunc func(i int) (due, deadline time.Time)
+
+// dueNow makes every reminder due a minute ago, with two hours to go.
+func dueNow() dueFunc {
+	now := time.Now()
+	return func(int) (time.Time, time.Time) { return now.Add(-time.Minute), now.Add(2 * time.Hour) }
+}
+
+// setupNudge migrates a schema of its own, declares a topology of its own
+// and schedules n SMS reminders through the intake (intake.ScheduleMany),
+// due as due says (dueNow when nil).
+func setupNudge(ctx context.Context, e *env, n int, due dueFunc) (*nudgeSetup, error) {
+	if due == nil {
+		due = dueNow()
+	}
 	name, drop, err := e.newSchema(ctx, "bench_nudge")
 	if err != nil {
 		return nil, err
@@ -61,14 +77,14 @@ func setupNudge(ctx context.Context, e *env, n int) (*nudgeSetup, error) {
 	}
 	fail := func(err error) (*nudgeSetup, error) { s.cleanup(); return nil, err }
 	if s.pool, err = pgxpool.New(ctx, s.url); err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("connecting to schema %s: %w", name, err))
 	}
 	if _, err := schema.Migrate(ctx, s.pool); err != nil {
 		return fail(fmt.Errorf("migrating %s: %w", name, err))
 	}
 	conn, err := broker.Dial(e.amqpURL, "nudge-bench-declare")
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("connecting to RabbitMQ: %w", err))
 	}
 	ch, err := conn.Channel()
 	if err == nil {
@@ -76,22 +92,22 @@ func setupNudge(ctx context.Context, e *env, n int) (*nudgeSetup, error) {
 	}
 	conn.Close()
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("declaring topology %s: %w", topo.Prefix, err))
 	}
-	now := time.Now()
 	const chunk = 2000
 	for off := 0; off < n; off += chunk {
 		reqs := make([]intake.Request, 0, chunk)
 		for i := off; i < min(off+chunk, n); i++ {
+			dueAt, deadline := due(i)
 			reqs = append(reqs, intake.Request{
 				Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
 				Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
-				Data: map[string]any{"course": "Go 101"}, DueAt: now.Add(-time.Minute), Deadline: now.Add(2 * time.Hour),
+				Data: map[string]any{"course": "Go 101"}, DueAt: dueAt, Deadline: deadline,
 			})
 		}
 		out, err := intake.ScheduleMany(ctx, s.pool, reqs)
 		if err != nil {
-			return fail(err)
+			return fail(fmt.Errorf("seeding: %w", err))
 		}
 		for _, o := range out {
 			if o.Err != nil {
@@ -102,12 +118,12 @@ func setupNudge(ctx context.Context, e *env, n int) (*nudgeSetup, error) {
 	return s, nil
 }
 
-func (s *nudgeSetup) dispatcher(e *env, keys *message.Keyring) (*dispatch.Dispatcher, *broker.Publisher) {
+func (s *nudgeSetup) dispatcher(e *env, keys *message.Keyring, m *metrics.Metrics) (*dispatch.Dispatcher, *broker.Publisher) {
 	pub := broker.NewPublisher(e.amqpURL, s.topo, "nudge-bench-dispatcher")
 	return &dispatch.Dispatcher{
 		Enqueuer: dispatch.Enqueuer{
 			Store: store.New(s.pool), Publisher: pub, Keys: keys, Topology: s.topo,
-			Clock: clock.Real{}, Actor: "bench-dispatcher",
+			Clock: clock.Real{}, Actor: "bench-dispatcher", Metrics: m,
 		},
 		Log: zerolog.Nop(),
 	}, pub
@@ -124,7 +140,7 @@ type dispatchResult struct {
 // worker consuming: claim + publish (confirms) + record enqueued.
 func dispatcherAlone(ctx context.Context, e *env, n int) (dispatchResult, error) {
 	var res dispatchResult
-	s, err := setupNudge(ctx, e, n)
+	s, err := setupNudge(ctx, e, n, nil)
 	if err != nil {
 		return res, err
 	}
@@ -133,7 +149,7 @@ func dispatcherAlone(ctx context.Context, e *env, n int) (dispatchResult, error)
 	if err != nil {
 		return res, err
 	}
-	d, pub := s.dispatcher(e, keys)
+	d, pub := s.dispatcher(e, keys, nil)
 	defer pub.Close()
 	resetPeakRSS()
 	sum, err := d.RunOnce(ctx)
@@ -149,63 +165,49 @@ func dispatcherAlone(ctx context.Context, e *env, n int) (dispatchResult, error)
 	return res, nil
 }
 
-// e2eResult is one end-to-end run.
-type e2eResult struct {
-	Rate      float64 // reminders/s, first claim to last terminal state
-	Elapsed   time.Duration
-	Delivered int
-	CPU       cpuTicks // CPU seconds spent during the run, by owner
-	RSS       float64  // peak RSS of the harness process during the run, MiB
-	// Claim-to-terminal latency under saturation (ms), from the event trail.
-	P50, P99, Max float64
-}
-
-// nudgeE2E runs k in-process SMS workers against an instant fake SMS
-// provider and one dispatcher pass over n due reminders, and measures from
-// the first claim to the last terminal state (both from the event trail).
-func nudgeE2E(ctx context.Context, e *env, n, k int, profile string) (e2eResult, error) {
-	var res e2eResult
-	s, err := setupNudge(ctx, e, n)
-	if err != nil {
-		return res, err
-	}
-	defer s.cleanup()
-	keys, err := message.ParseKeys(signingKeys)
-	if err != nil {
-		return res, err
-	}
+// fakeSMS starts an instant fake SMS provider in this process and returns
+// the real SMS client pointed at it.
+func fakeSMS() (*sms.Client, func(), error) {
 	sink := httptest.NewServer(fakesms.New())
-	defer sink.Close()
 	// A pooled transport: the production default (http.Client{} with
 	// MaxIdleConnsPerHost 2) would measure TCP connection churn instead.
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
 	sender, err := sms.New(sms.Config{URL: sink.URL, Timeout: 10 * time.Second, HTTPClient: hc})
 	if err != nil {
-		return res, err
+		sink.Close()
+		return nil, nil, fmt.Errorf("SMS client: %w", err)
 	}
+	return sender, sink.Close, nil
+}
 
-	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+// startWorkers runs k SMS workers in this process (default configuration,
+// each with its own PostgreSQL pool and broker connections) and returns once
+// every one consumes; stop drains and closes them.
+func (s *nudgeSetup) startWorkers(ctx context.Context, e *env, keys *message.Keyring, sender *sms.Client, k int, m *metrics.Metrics) (stop func(), err error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	var workers []*worker.Worker
 	var pools []*pgxpool.Pool
-	defer func() {
-		stopWorkers()
+	stop = func() {
+		cancel()
 		wg.Wait()
 		for _, p := range pools {
 			p.Close()
 		}
-	}()
+	}
 	for i := range k {
 		p, err := pgxpool.New(ctx, s.url)
 		if err != nil {
-			return res, err
+			stop()
+			return nil, fmt.Errorf("worker pool: %w", err)
 		}
 		pools = append(pools, p)
 		w, err := worker.New(worker.Config{Channel: reminder.SMS, Name: fmt.Sprintf("bench-sms-worker-%d", i)},
 			worker.Deps{AMQPURL: e.amqpURL, Topology: s.topo, Store: store.New(p), Sender: sender,
-				Keys: keys, Clock: clock.Real{}, Log: zerolog.Nop()})
+				Keys: keys, Clock: clock.Real{}, Log: zerolog.Nop(), Metrics: m})
 		if err != nil {
-			return res, err
+			stop()
+			return nil, fmt.Errorf("worker: %w", err)
 		}
 		workers = append(workers, w)
 		wg.Go(func() { _ = w.Run(wctx) })
@@ -216,15 +218,76 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string) (e2eResult,
 			ready = ready && w.Ready()
 		}
 		if ready {
-			break
+			return stop, nil
 		}
 		if time.Now().After(deadline) {
-			return res, errors.New("workers not ready after 30s")
+			stop()
+			return nil, errors.New("workers not ready after 30s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
 
-	d, pub := s.dispatcher(e, keys)
+// e2eResult is one end-to-end run.
+type e2eResult struct {
+	Rate      float64 // reminders/s, first claim to last terminal state
+	Elapsed   time.Duration
+	Delivered int
+	CPU       cpuTicks // CPU seconds spent during the run, by owner
+	RSS       float64  // peak RSS of the harness process during the run, MiB
+	// Claim-to-terminal latency under saturation (ms), from the event trail.
+	P50, P99, Max float64
+	// FailedPasses are the errors of dispatcher passes that failed and were
+	// run again (see dispatchUntilDone).
+	FailedPasses []string
+}
+
+// maxPasses bounds the dispatcher passes of one run.
+const maxPasses = 5
+
+// dispatchUntilDone runs dispatcher passes until one succeeds, as the
+// dispatcher's loop (or its CronJob) would at its next tick: a failed pass
+// leaves its rows leased (their messages, if published, are still worked)
+// and the rest pending for the next pass. It returns the failed passes'
+// errors, and an error once maxPasses have failed.
+func dispatchUntilDone(ctx context.Context, d *dispatch.Dispatcher) ([]string, error) {
+	var failed []string
+	for range maxPasses {
+		_, err := d.RunOnce(ctx)
+		if err == nil || ctx.Err() != nil {
+			return failed, err
+		}
+		failed = append(failed, err.Error())
+	}
+	return failed, fmt.Errorf("%d dispatcher passes failed, the last with: %s", maxPasses, failed[len(failed)-1])
+}
+
+// nudgeE2E runs k in-process SMS workers against an instant fake SMS
+// provider and one dispatcher pass over n due reminders, and measures from
+// the first claim to the last terminal state (both from the event trail).
+func nudgeE2E(ctx context.Context, e *env, n, k int, profile string) (e2eResult, error) {
+	var res e2eResult
+	s, err := setupNudge(ctx, e, n, nil)
+	if err != nil {
+		return res, err
+	}
+	defer s.cleanup()
+	keys, err := message.ParseKeys(signingKeys)
+	if err != nil {
+		return res, err
+	}
+	sender, closeSink, err := fakeSMS()
+	if err != nil {
+		return res, err
+	}
+	defer closeSink()
+	stopWorkers, err := s.startWorkers(ctx, e, keys, sender, k, nil)
+	if err != nil {
+		return res, err
+	}
+	defer stopWorkers()
+
+	d, pub := s.dispatcher(e, keys, nil)
 	defer pub.Close()
 	if profile != "" {
 		f, err := os.Create(profile)
@@ -240,13 +303,17 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string) (e2eResult,
 	resetPeakRSS()
 	cpu0 := readCPU()
 	dispErr := make(chan error, 1)
-	go func() { _, err := d.RunOnce(ctx); dispErr <- err }()
+	var failedPasses []string // written before dispErr is sent
+	go func() {
+		var err error
+		failedPasses, err = dispatchUntilDone(ctx, d)
+		dispErr <- err
+	}()
 
 	timeout := time.After(10 * time.Minute)
 	for {
 		var done int
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM reminders
-			WHERE state IN ('delivered', 'failed', 'expired', 'canceled')`).Scan(&done); err != nil {
+		if err := s.pool.QueryRow(ctx, stmt("TerminalCount")).Scan(&done); err != nil {
 			return res, err
 		}
 		if done >= n {
@@ -273,26 +340,17 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string) (e2eResult,
 			return res, fmt.Errorf("dispatcher: %w", err)
 		}
 	}
+	res.FailedPasses = failedPasses
 
 	var first, last time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT min(at) FILTER (WHERE to_state = 'leased'),
-			max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
-		FROM reminder_events`).Scan(&first, &last); err != nil {
+	if err := s.pool.QueryRow(ctx, stmt("E2ESpan")).Scan(&first, &last); err != nil {
 		return res, err
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM reminders WHERE state = 'delivered'`).Scan(&res.Delivered); err != nil {
+	if err := s.pool.QueryRow(ctx, stmt("DeliveredCount")).Scan(&res.Delivered); err != nil {
 		return res, err
 	}
 	res.Elapsed = last.Sub(first)
 	res.Rate = float64(n) / res.Elapsed.Seconds()
-	err = s.pool.QueryRow(ctx, `WITH l AS (
-			SELECT reminder_id,
-			       max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
-			     - min(at) FILTER (WHERE to_state = 'leased') AS d
-			  FROM reminder_events GROUP BY reminder_id)
-		SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
-		       extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
-		       extract(epoch FROM max(d)) * 1000
-		  FROM l`).Scan(&res.P50, &res.P99, &res.Max)
+	err = s.pool.QueryRow(ctx, stmt("ClaimToTerminal")).Scan(&res.P50, &res.P99, &res.Max)
 	return res, err
 }

@@ -114,7 +114,7 @@ func riverRun(ctx context.Context, e *env, n, k int) (riverResult, error) {
 	timeout := time.After(10 * time.Minute)
 	for {
 		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&done); err != nil {
+		if err := pool.QueryRow(ctx, stmt("RiverCompleted")).Scan(&done); err != nil {
 			return res, err
 		}
 		if done >= n {
@@ -129,7 +129,7 @@ func riverRun(ctx context.Context, e *env, n, k int) (riverResult, error) {
 	res.CPU = readCPU().sub(cpu0)
 	res.RSS = peakRSSMiB()
 	var first, last time.Time
-	if err := pool.QueryRow(ctx, `SELECT min(attempted_at), max(finalized_at) FROM river_job`).Scan(&first, &last); err != nil {
+	if err := pool.QueryRow(ctx, stmt("RiverSpan")).Scan(&first, &last); err != nil {
 		return res, err
 	}
 	res.Elapsed = last.Sub(first)

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
+)
+
+// The hops of a reminder's way as the latency run reports them: the four of
+// nudge_hop_latency_seconds, then two spans over several hops.
+const (
+	hopEnqueueToTerminal = "enqueue_to_terminal"
+	hopEndToEnd          = "end_to_end"
+)
+
+var latencyHops = []string{
+	metrics.HopDueToClaim, metrics.HopClaimToEnqueue, metrics.HopEnqueueToStart, metrics.HopStartToTerminal,
+	hopEnqueueToTerminal, hopEndToEnd,
+}
+
+// hopLatency is one hop over one run, from the event trail (ms).
+type hopLatency struct {
+	Count, Negative int
+	P50, P99, Max   float64
+}
+
+// hopHistogram is one hop over one run, from the histogram the processes
+// export (nudge_hop_latency_seconds): the upper bound of the bucket each
+// quantile falls in (seconds; +Inf past the last bound), and the share at
+// or under 50 ms (a bucket bound, so exact).
+type hopHistogram struct {
+	Count     uint64
+	P50, P99  float64
+	Under50ms float64 // 0..1
+}
+
+// latencyResult is one run at a steady offered rate.
+type latencyResult struct {
+	Offered   float64 // reminders/s the stream became due at
+	Achieved  float64 // delivered / (first due → last terminal)
+	N         int
+	Delivered int
+	Hops      map[string]hopLatency
+	Hist      map[string]hopHistogram
+	// Overtaken reminders had no enqueued event of their own (their worker
+	// claimed the attempt before the dispatcher recorded the confirm);
+	// NoEnqueue ones have no enqueue time at all (see the Hops query).
+	Overtaken, NoEnqueue int
+	// FailedPasses are the errors of the dispatcher's passes that failed
+	// (its loop runs the next one at its next tick).
+	FailedPasses []string
+}
+
+// latencyRun seeds rate×dur SMS reminders that become due one after the
+// other at a steady rate, runs k in-process workers and an in-process
+// dispatcher in its loop (a pass every `every`), and once all are terminal
+// reads each hop's latency from the event trail and from the hop histograms
+// the dispatcher and workers recorded.
+func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k int, every time.Duration) (latencyResult, error) {
+	res := latencyResult{Offered: rate, N: int(rate * dur.Seconds())}
+	if res.N < 1 {
+		return res, fmt.Errorf("latency run of %s at %.0f/s holds no reminder", dur, rate)
+	}
+	// Seed far ahead (the intake takes seconds), then move the stream to
+	// start a moment after the workers and the dispatcher are up.
+	seeded := time.Now().Add(time.Hour)
+	gap := time.Duration(float64(time.Second) / rate)
+	s, err := setupNudge(ctx, e, res.N, func(i int) (time.Time, time.Time) {
+		due := seeded.Add(time.Duration(i) * gap)
+		return due, due.Add(2 * time.Hour)
+	})
+	if err != nil {
+		return res, err
+	}
+	defer s.cleanup()
+	keys, err := message.ParseKeys(signingKeys)
+	if err != nil {
+		return res, err
+	}
+	sender, closeSink, err := fakeSMS()
+	if err != nil {
+		return res, err
+	}
+	defer closeSink()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	stopWorkers, err := s.startWorkers(ctx, e, keys, sender, k, m)
+	if err != nil {
+		return res, err
+	}
+	defer stopWorkers()
+
+	// The lead covers the VACUUM below: the stream must not start overdue.
+	start := time.Now().Add(2 * time.Second)
+	if _, err := s.pool.Exec(ctx, stmt("ShiftDue"), pgx.NamedArgs{"start": start, "seeded": seeded}); err != nil {
+		return res, fmt.Errorf("moving the stream's due times: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, "VACUUM ANALYZE reminders"); err != nil {
+		return res, fmt.Errorf("vacuuming after the move: %w", err)
+	}
+	d, pub := s.dispatcher(e, keys, m)
+	defer pub.Close()
+	d.AfterRun = func(ctx context.Context, _ dispatch.Summary, err error) {
+		if err != nil && ctx.Err() == nil {
+			res.FailedPasses = append(res.FailedPasses, err.Error()) // read once the loop has returned
+		}
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); _ = d.Loop(dctx, every) }()
+	stopDispatcher := sync.OnceFunc(func() { cancel(); <-loopDone })
+	defer stopDispatcher()
+
+	timeout := time.After(dur + 3*time.Minute)
+	for {
+		var past, terminal int
+		if err := s.pool.QueryRow(ctx, stmt("StateCounts")).Scan(&past, &terminal); err != nil {
+			return res, fmt.Errorf("polling progress: %w", err)
+		}
+		if terminal >= res.N {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-timeout:
+			return res, fmt.Errorf("only %d of %d reminders terminal %s after the stream started", terminal, res.N, dur+3*time.Minute)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	stopDispatcher()
+
+	var first, last time.Time
+	if err := s.pool.QueryRow(ctx, stmt("StreamSpan")).Scan(&res.Delivered, &first, &last); err != nil {
+		return res, fmt.Errorf("reading the stream's span: %w", err)
+	}
+	res.Achieved = float64(res.Delivered) / last.Sub(first).Seconds()
+	if res.Hops, res.Overtaken, res.NoEnqueue, err = readHops(ctx, s); err != nil {
+		return res, err
+	}
+	if res.Hist, err = readHopHistograms(reg); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func readHops(ctx context.Context, s *nudgeSetup) (hops map[string]hopLatency, overtaken, noEnqueue int, err error) {
+	rows, err := s.pool.Query(ctx, stmt("Hops"))
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("reading hop latencies: %w", err)
+	}
+	defer rows.Close()
+	hops = map[string]hopLatency{}
+	for rows.Next() {
+		var hop string
+		var h hopLatency
+		var p50, p99, mx *float64 // NULL when a hop has no complete pair
+		if err := rows.Scan(&hop, &h.Count, &h.Negative, &p50, &p99, &mx, &overtaken, &noEnqueue); err != nil {
+			return nil, 0, 0, fmt.Errorf("reading hop latencies: %w", err)
+		}
+		if p50 != nil {
+			h.P50, h.P99, h.Max = *p50, *p99, *mx
+		}
+		hops[hop] = h
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, 0, fmt.Errorf("reading hop latencies: %w", err)
+	}
+	return hops, overtaken, noEnqueue, nil
+}
+
+// readHopHistograms sums nudge_hop_latency_seconds over channels, per hop.
+func readHopHistograms(reg prometheus.Gatherer) (map[string]hopHistogram, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("gathering hop histograms: %w", err)
+	}
+	type acc struct {
+		count   uint64
+		buckets map[float64]uint64 // upper bound → cumulative count
+	}
+	byHop := map[string]*acc{}
+	for _, mf := range mfs {
+		if mf.GetName() != "nudge_hop_latency_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			hop := labelValue(mt, "hop")
+			a := byHop[hop]
+			if a == nil {
+				a = &acc{buckets: map[float64]uint64{}}
+				byHop[hop] = a
+			}
+			h := mt.GetHistogram()
+			a.count += h.GetSampleCount()
+			for _, b := range h.GetBucket() {
+				a.buckets[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+		}
+	}
+	out := map[string]hopHistogram{}
+	for hop, a := range byHop {
+		bounds := make([]float64, 0, len(a.buckets))
+		for ub := range a.buckets {
+			bounds = append(bounds, ub)
+		}
+		sort.Float64s(bounds)
+		cum := make([]uint64, len(bounds))
+		for i, ub := range bounds {
+			cum[i] = a.buckets[ub]
+		}
+		h := hopHistogram{Count: a.count}
+		if a.count > 0 {
+			if i := sort.SearchFloat64s(bounds, 0.05); i < len(bounds) && bounds[i] == 0.05 {
+				h.Under50ms = float64(cum[i]) / float64(a.count)
+			}
+			h.P50 = quantileBucket(0.5, bounds, cum, a.count)
+			h.P99 = quantileBucket(0.99, bounds, cum, a.count)
+		}
+		out[hop] = h
+	}
+	return out, nil
+}
+
+// quantileBucket is the upper bound of the bucket quantile q falls in
+// (+Inf past the last finite bound).
+func quantileBucket(q float64, bounds []float64, cum []uint64, total uint64) float64 {
+	rank := q * float64(total)
+	for i, ub := range bounds {
+		if float64(cum[i]) >= rank {
+			return ub
+		}
+	}
+	return math.Inf(1)
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

@@ -1,0 +1,183 @@
+-- Every statement the harness itself runs (Nudge's own statements come from
+-- internal/store): what it seeds, how it tells a run is over, and how it
+-- turns the event trail into rates and latencies. Parsed by
+-- internal/sqlfile; the Go code names each one it runs.
+
+-- ---------------------------------------------------------------- progress
+
+-- name: TerminalCount
+-- The end-to-end runs poll this until every reminder reached a terminal state.
+SELECT count(*) FROM reminders WHERE state IN ('delivered', 'failed', 'expired', 'canceled');
+
+-- name: StateCounts
+-- How many reminders are enqueued or past it, and how many are terminal.
+SELECT count(*) FILTER (WHERE state NOT IN ('pending', 'leased')),
+       count(*) FILTER (WHERE state IN ('delivered', 'failed', 'expired', 'canceled'))
+  FROM reminders;
+
+-- name: DeliveredCount
+SELECT count(*) FROM reminders WHERE state = 'delivered';
+
+-- name: RiverCompleted
+SELECT count(*) FROM river_job WHERE state = 'completed';
+
+-- ------------------------------------------------------------ throughput
+
+-- name: E2ESpan
+-- First claim to last terminal state, from the event trail.
+SELECT min(at) FILTER (WHERE to_state = 'leased'),
+       max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
+  FROM reminder_events;
+
+-- name: RiverSpan
+SELECT min(attempted_at), max(finalized_at) FROM river_job;
+
+-- name: ClaimToTerminal
+-- Per reminder, first leased event to terminal event (ms): p50, p99, max.
+WITH l AS (
+    SELECT reminder_id,
+           max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
+         - min(at) FILTER (WHERE to_state = 'leased') AS d
+      FROM reminder_events GROUP BY reminder_id)
+SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
+       extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
+       extract(epoch FROM max(d)) * 1000
+  FROM l;
+
+-- --------------------------------------------------------------- latency
+
+-- name: ShiftDue
+-- The latency run seeds its stream through intake with due times far ahead,
+-- then moves the whole stream to start at @start: seeding takes longer than
+-- the lead a stream can be given, and the intake must not share the
+-- measured seconds.
+UPDATE reminders SET due_at = due_at + (@start::timestamptz - @seeded::timestamptz),
+                     deadline = deadline + (@start::timestamptz - @seeded::timestamptz);
+
+-- name: Hops
+-- Per reminder, the time of each step from the event trail: due_at (the
+-- row), leased (the dispatcher's claim, at the claim statement's start),
+-- enqueued (the dispatcher's clock once the broker confirmed the whole
+-- batch, before recording it), sending (the worker's claim of the attempt)
+-- and the terminal state (the worker's clock before recording the outcome).
+-- MarkEnqueued only moves rows still leased, so a reminder whose worker
+-- claimed the attempt first (the message overtakes the record; the design
+-- allows it) has no enqueued event of its own: it takes its batch's, the
+-- rows of one claim statement sharing its leased time and one confirm time,
+-- and its enqueue→start is then below zero. A batch with no enqueued event
+-- at all (its MarkEnqueued failed, or every row was overtaken) has no
+-- enqueue time. Each hop's count, how many were below zero, p50, p99 and
+-- max in ms; then, on every row, how many reminders were overtaken and how
+-- many have no enqueue time.
+WITH ev AS (
+    SELECT m.due_at,
+           min(e.at) FILTER (WHERE e.to_state = 'leased') AS leased,
+           min(e.at) FILTER (WHERE e.to_state = 'enqueued') AS enqueued,
+           min(e.at) FILTER (WHERE e.to_state = 'sending') AS started,
+           max(e.at) FILTER (WHERE e.to_state IN ('delivered', 'failed', 'expired', 'canceled')) AS done
+      FROM reminders m JOIN reminder_events e ON e.reminder_id = m.id
+     GROUP BY m.id, m.due_at
+), batch AS (
+    SELECT leased, min(enqueued) AS enqueued FROM ev GROUP BY leased
+), r AS (
+    SELECT ev.due_at, ev.leased, coalesce(ev.enqueued, b.enqueued) AS enqueued, ev.started, ev.done,
+           ev.enqueued IS NULL AS overtaken
+      FROM ev LEFT JOIN batch b ON b.leased = ev.leased
+), h AS (
+    SELECT 'due_to_claim' AS hop, leased - due_at AS d FROM r
+    UNION ALL SELECT 'claim_to_enqueue', enqueued - leased FROM r
+    UNION ALL SELECT 'enqueue_to_start', started - enqueued FROM r
+    UNION ALL SELECT 'start_to_terminal', done - started FROM r
+    UNION ALL SELECT 'enqueue_to_terminal', done - enqueued FROM r
+    UNION ALL SELECT 'end_to_end', done - due_at FROM r
+)
+SELECT hop, count(d), count(*) FILTER (WHERE d < interval '0'),
+       extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
+       extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
+       extract(epoch FROM max(d)) * 1000,
+       (SELECT count(*) FILTER (WHERE overtaken) FROM r),
+       (SELECT count(*) FILTER (WHERE enqueued IS NULL) FROM r)
+  FROM h GROUP BY hop;
+
+-- name: StreamSpan
+-- The latency run's delivered rate: reminders over first due → last terminal.
+SELECT count(*) FILTER (WHERE state = 'delivered'), min(due_at), max(finished_at) FROM reminders;
+
+-- ----------------------------------------------------------------- scale
+
+-- name: ScaleFill
+-- Rows @first..@last of a table of @size reminders in all. Two sets of @due
+-- rows each are pending and due before @now: the "clustered" set is a block of
+-- consecutive ids in the middle of the table (@block onwards), due first,
+-- in the two hours before @now; the "spread" set is spread evenly over the
+-- rest of the id range, as reminders scheduled on different days are, due in
+-- the hour before @now. Of the other rows one in five is pending and due in
+-- the next 30 days, the rest terminal (94% delivered, 2% each failed,
+-- expired, canceled) over the last 90 days. The idempotency key is a
+-- stand-in of the real key's width (the claim returns it and nothing checks
+-- it), so the load costs no SHA-256 per row.
+INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
+                       state, fence, attempts, enqueued_at, created_at, updated_at, finished_at)
+SELECT 'tenant-' || (i % 16), 'scale:' || i, 'sms', '+1415' || lpad((i % 10000000)::text, 7, '0'),
+       'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
+       CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
+       'nudge-' || lpad(to_hex(i), 64, '0'), t.state,
+       CASE WHEN t.state = 'pending' THEN 0 ELSE 3 END, CASE WHEN t.state = 'pending' THEN 0 ELSE 1 END,
+       CASE WHEN t.state = 'pending' THEN NULL ELSE t.due_at END,
+       t.due_at - interval '1 day', t.due_at,
+       CASE WHEN t.state = 'pending' THEN NULL ELSE t.due_at + interval '2 seconds' END
+  FROM generate_series(@first::bigint, @last::bigint) AS i,
+       -- j numbers the rows outside the block 1..@size-@due
+       LATERAL (SELECT i >= @block::bigint AND i < @block::bigint + @due::bigint AS clustered,
+                       CASE WHEN i < @block::bigint THEN i ELSE i - @due::bigint END AS j,
+                       @size::bigint - @due::bigint AS rest) b,
+       LATERAL (SELECT NOT b.clustered AND (b.j * @due::bigint / b.rest) <> ((b.j - 1) * @due::bigint / b.rest) AS spread) s,
+       LATERAL (SELECT b.clustered OR s.spread AS is_due,
+                       CASE WHEN b.clustered OR s.spread THEN 'pending'
+                            WHEN i % 5 = 0 THEN 'pending'
+                            WHEN i % 50 = 1 THEN 'failed'
+                            WHEN i % 50 = 2 THEN 'expired'
+                            WHEN i % 50 = 3 THEN 'canceled'
+                            ELSE 'delivered' END AS state,
+                       CASE WHEN b.clustered
+                            THEN @now::timestamptz - interval '2 hours' + (i - @block::bigint) * interval '50 minutes' / @due::bigint
+                            WHEN s.spread
+                            THEN @now::timestamptz - interval '1 hour' + b.j * interval '50 minutes' / b.rest
+                            WHEN i % 5 = 0 THEN @now::timestamptz + interval '1 hour' + (i % 2592000) * interval '1 second'
+                            ELSE @now::timestamptz - interval '1 hour' - (i % 7776000) * interval '1 second' END AS due_at) t;
+
+-- name: ScaleUniqueConstraints
+-- The unique constraints of reminders (their indexes are built after the load).
+SELECT conname, pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE conrelid = 'reminders'::regclass AND contype = 'u'
+ ORDER BY conname;
+
+-- name: ScaleSecondaryIndexes
+-- The other indexes of reminders except the primary key (kept: the identity
+-- appends to it cheaply, and delivery_attempts references it).
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+  FROM pg_index i
+ WHERE i.indrelid = 'reminders'::regclass AND NOT i.indisprimary
+   AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+ ORDER BY 1;
+
+-- name: ScaleShape
+-- What the built table holds: rows, pending rows due by @now, and its size
+-- with indexes and TOAST.
+SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now), pg_total_relation_size('reminders')
+  FROM reminders;
+
+-- name: LeftoverScaleSchemas
+-- Schemas a killed run could not drop (the scale tables are gigabytes).
+SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\_scale\_%';
+
+-- ----------------------------------------------------------- diagnostics
+
+-- name: ActiveBackends
+-- The -diagnose sampler: active backends of this database by statement and wait event.
+SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU')
+  FROM pg_stat_activity
+ WHERE state = 'active' AND pid <> pg_backend_pid() AND datname = current_database();
+
+-- name: LeasedSample
+SELECT id, fence FROM reminders WHERE state = 'leased' LIMIT 500;

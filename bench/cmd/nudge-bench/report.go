@@ -1,0 +1,525 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nudgehq/nudge/internal/metrics"
+)
+
+func pick[T any](xs []T, f func(T) float64) stats {
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	return summarize(v)
+}
+
+func fmtS(s stats) string  { return fmt.Sprintf("%.0f | %.0f | %.0f", s.Median, s.Min, s.Max) }
+func fmtSf(s stats) string { return fmt.Sprintf("%.1f | %.1f | %.1f", s.Median, s.Min, s.Max) }
+
+// fmtR is a median with its range in one cell: "23.4 (20.1–30.2)".
+func fmtR(s stats, prec int) string {
+	return fmt.Sprintf("%.*f (%.*f–%.*f)", prec, s.Median, prec, s.Min, prec, s.Max)
+}
+
+// thousands writes n with thousands separators.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// rowsLabel is a table size as the issue names it: 10k, 1M, 10M.
+func rowsLabel(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return thousands(n)
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+const notRun = "not run (`-only`)"
+
+func report(o options, m machine, r results) error {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	groups := make([]string, len(o.workers))
+	var nudgeS, riverS []stats
+	for i, k := range o.workers {
+		groups[i] = fmt.Sprintf("%d worker(s), N=%s", k, rowsLabel(o.nFor(k)))
+		nudgeS = append(nudgeS, pick(r.e2e[k], func(x e2eResult) float64 { return x.Rate }))
+		riverS = append(riverS, pick(r.river[k], func(x riverResult) float64 { return x.Rate }))
+	}
+	if o.chart != "" && o.sections["e2e"] {
+		if err := drawChart(o.chart, "Throughput vs workers (Nudge reminders/s end to end; River no-op jobs/s)",
+			groups, []series{
+				{Name: "Nudge end to end", Color: color.RGBA{52, 101, 164, 255}, Vals: nudgeS},
+				{Name: "River (no-op jobs)", Color: color.RGBA{245, 121, 0, 255}, Vals: riverS},
+			}); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+	}
+	rawPub := pick(r.raw, func(x rawResult) float64 { return x.PublishRate })
+	rawCon := pick(r.raw, func(x rawResult) float64 { return x.ConsumeRate })
+	disp := pick(r.disp, func(x dispatchResult) float64 { return x.Rate })
+
+	p("# Benchmarks\n\n")
+	p("Written by `make bench` (`bench/cmd/nudge-bench`, a module of its own so River never enters the main module) on %s, in %s.\n\n",
+		m.When.Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
+	p("Wall time by section, seeding and cleanup included: %s (procs includes building the binaries).\n\n", r.spentLine())
+	p("Every figure is the **median of %d runs** with min and max. The runs are interleaved (run 1 of everything, then run 2, …) so a slow minute of the machine spreads over all measurements; the table-scale runs come last, one table size at a time (%d runs on each table).\n\n", o.runs, o.runs)
+	p("Sizes: N = %s reminders (and River jobs) per run for the headline comparison at %d workers; N = %s for the other worker counts, the raw broker and the dispatcher alone; %s per run of the real worker and dispatcher processes. ",
+		thousands(o.n), o.headline, thousands(o.nOther), thousands(o.procN))
+	if o.nOther < o.n {
+		p("N = %s × %d runs × every configuration does not fit in the 15 minutes `make bench` may take on this 2-core machine, so only the headline runs at the full size (`make bench BENCH_N_OTHER=%d` runs everything at it, in well over 15 minutes).\n\n", thousands(o.n), o.runs, o.n)
+	} else {
+		p("\n\n")
+	}
+	p("## Machine\n\n| | |\n|---|---|\n")
+	p("| CPUs (nproc) | %d × %s |\n| memory | %.1f GiB |\n| kernel | %s |\n| Go | %s |\n| PostgreSQL | %s (same machine), `shared_buffers` %s, %s |\n| RabbitMQ | %s (same machine) |\n\n",
+		m.CPUs, m.CPUModel, m.MemGiB, m.Kernel, m.Go, m.Postgres, m.SharedBuffers, m.JIT, m.RabbitMQ)
+	ls := summarize(r.loads)
+	p("Load average (1 min) sampled every 5 s during the run: median %.1f, min %.1f, max %.1f on %d CPUs. ", ls.Median, ls.Min, ls.Max, m.CPUs)
+	p("The CPU tables count the seconds other processes on the machine used during each measurement (\"other\"): anything well above zero means the figures were taken on a shared machine and are noisier than the ratios.\n\n")
+
+	// ------------------------------------------------------------ targets
+	p("## Targets (measured in the same run)\n\n| target | measured (median) | met |\n|---|---|---|\n")
+	if o.sections["e2e"] {
+		for i, k := range o.workers {
+			rt := ratio(nudgeS[i].Median, riverS[i].Median)
+			target := ""
+			if k == o.headline {
+				target = " (the target)"
+			}
+			p("| Nudge e2e / River, %d worker(s)%s, N=%s ≥ 1.0 | %.2f (%.0f / %.0f) | %s |\n", k, target, rowsLabel(o.nFor(k)),
+				rt, nudgeS[i].Median, riverS[i].Median, yes(rt >= 1.0))
+		}
+	} else {
+		p("| Nudge e2e / River ≥ 1.0 | %s | – |\n", notRun)
+	}
+	dr := ratio(disp.Median, rawPub.Median)
+	if o.sections["raw"] && o.sections["dispatcher"] {
+		p("| dispatcher claim-publish-record / raw publish ≥ 0.60 | %.2f (%.0f / %.0f) | %s |\n", dr, disp.Median, rawPub.Median, yes(dr >= 0.6))
+	} else {
+		p("| dispatcher claim-publish-record / raw publish ≥ 0.60 | %s | – |\n", notRun)
+	}
+	if len(r.scale) > 0 {
+		big := r.scale[len(r.scale)-1]
+		for _, l := range []struct {
+			name     string
+			big, ctl scaleLayout
+		}{{"clustered", big.Clustered, big.ControlClustered}, {"spread", big.Spread, big.ControlSpread}} {
+			bg, sm := summarize(l.big.Rates).Median, summarize(l.ctl.Rates).Median
+			rt := ratio(bg, sm)
+			p("| claim rate at %s rows within 20%% of %s (≥ 0.80×), due rows %s | %.2f (%.0f / %.0f rows/s) | %s |\n",
+				rowsLabel(big.Size), rowsLabel(big.ControlSize), l.name, rt, bg, sm, yes(rt >= 0.8))
+		}
+	} else {
+		p("| claim rate at 10M rows within 20%% of 10k | %s | – |\n", notRun)
+	}
+	if len(r.latency) > 0 {
+		s := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hopEnqueueToTerminal].P99 })
+		rate := pick(r.latency, func(x latencyResult) float64 { return x.Offered })
+		p("| p99 enqueue-to-terminal < 50 ms at %.0f%% load | %.1f ms (runs: %.1f–%.1f) at %.0f reminders/s, %d workers | %s |\n",
+			100*o.latencyLoadShare(), s.Median, s.Min, s.Max, rate.Median, o.headline, yes(s.Median < 50))
+	} else {
+		p("| p99 enqueue-to-terminal < 50 ms at 50%% load | %s | – |\n", notRun)
+	}
+	if len(r.procs) > 0 {
+		s := pick(r.procs, func(x procResult) float64 { return x.WorkerMiB })
+		p("| worker peak RSS < 64 MiB (prefetch %d; judged on the largest run) | %.1f MiB (runs: %.1f–%.1f) | %s |\n",
+			o.procPrefetch, s.Median, s.Min, s.Max, yes(s.Max < 64))
+	} else {
+		p("| worker peak RSS < 64 MiB | %s | – |\n", notRun)
+	}
+	p("\n")
+
+	// ------------------------------------------------------------ e2e
+	p("## 1. End to end: Nudge vs River\n\n")
+	if !o.sections["e2e"] {
+		p("%s.\n\n", notRun)
+	} else {
+		p("![Throughput vs worker count, Nudge vs River](benchmarks-throughput.png)\n\n")
+		p("Nudge: N SMS reminders already due, one dispatcher pass (`Dispatcher.RunOnce`, batch 500; run again if it fails, as its loop would) and k **in-process** `worker.Worker` instances (default config: concurrency 4, batch 50, prefetch 400), each with its own PostgreSQL pool and AMQP connections, sending to the fake SMS provider (`fakesms.New()` on `httptest`, answering at once, over a pooled HTTP transport). Rate = N / (first `leased` event → last terminal event), both from `reminder_events`. Every reminder delivered in every run: %s.\n\n", yes(allDelivered(o, r)))
+		p("River %s: the same N no-op jobs inserted with `InsertMany` (before the clock starts) and worked by k `river.Client`s, each with its own pool and `MaxWorkers` %d (the in-flight capacity of one Nudge worker: 4 × 50), default fetch settings. Rate = N / (first `attempted_at` → last `finalized_at`).\n\n", riverVersion, riverPerWorker)
+		p("| workers | N | Nudge reminders/s median | min | max | River jobs/s median | min | max | Nudge / River |\n|---|---|---|---|---|---|---|---|---|\n")
+		for i, k := range o.workers {
+			p("| %d | %s | %s | %s | %.2f |\n", k, thousands(o.nFor(k)), fmtS(nudgeS[i]), fmtS(riverS[i]), ratio(nudgeS[i].Median, riverS[i].Median))
+		}
+		p("\n%s", failedPassesNote(func(yield func([]string) bool) {
+			for _, k := range o.workers {
+				for _, x := range r.e2e[k] {
+					if !yield(x.FailedPasses) {
+						return
+					}
+				}
+			}
+		}, "end-to-end"))
+		p("\n### CPU seconds per 1,000 (median), from /proc\n\n")
+		p("Sampled from `/proc/*/stat` before and after each run: `postgres` processes, RabbitMQ (`beam.smp` and helpers), and the harness process (which hosts the Nudge dispatcher and workers — or the River clients — plus the fake SMS provider). Backends that exit during a run are not counted. The PostgreSQL and RabbitMQ columns count the whole servers, so on a shared machine they include other users' work: River's RabbitMQ column, which should be zero, shows how much.\n\n")
+		p("| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | other processes (noise) |\n|---|---|---|---|---|---|---|\n")
+		cpuRow := func(system string, k int, cs []cpuTicks) {
+			f := 1000 / float64(o.nFor(k))
+			var pg, mq, h, ot []float64
+			for _, c := range cs {
+				pg, mq, h, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(ot, c.Other*f)
+			}
+			a, bq, c := summarize(pg).Median, summarize(mq).Median, summarize(h).Median
+			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", system, k, a, bq, c, a+bq+c, summarize(ot).Median)
+		}
+		for _, k := range o.workers {
+			var nc, rc []cpuTicks
+			for _, x := range r.e2e[k] {
+				nc = append(nc, x.CPU)
+			}
+			for _, x := range r.river[k] {
+				rc = append(rc, x.CPU)
+			}
+			cpuRow("Nudge", k, nc)
+			cpuRow("River", k, rc)
+		}
+		p("\n### Claim-to-terminal latency under saturation (not the 50%%-load target)\n\n")
+		p("Per reminder, first `leased` event → terminal event, with the whole backlog due at once, so this is mostly queueing time; the latency at 50%% load is section 3.\n\n")
+		p("| workers | N | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|\n")
+		for _, k := range o.workers {
+			p("| %d | %s | %.0f | %.0f | %.0f |\n", k, thousands(o.nFor(k)),
+				pick(r.e2e[k], func(x e2eResult) float64 { return x.P50 }).Median,
+				pick(r.e2e[k], func(x e2eResult) float64 { return x.P99 }).Median,
+				pick(r.e2e[k], func(x e2eResult) float64 { return x.Max }).Median)
+		}
+		p("\n")
+	}
+
+	// ------------------------------------------------------------ dispatcher vs raw
+	p("## 2. Dispatcher alone vs raw broker\n\n")
+	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch) + sign + publish with confirms and `mandatory` + record `enqueued`; rate = enqueued / run time.\n", thousands(o.nOther))
+	p("Raw broker: N persistent 100-byte messages to a quorum queue of its own, publisher confirms in windows of %d; then consumed with manual acks (one `basic.ack` per message, prefetch %d).\n\n", o.window, o.window)
+	p("| measurement | median | min | max |\n|---|---|---|---|\n")
+	if o.sections["raw"] {
+		p("| raw publish with confirms, msg/s | %s |\n", fmtS(rawPub))
+		p("| raw consume with manual ack, msg/s | %s |\n", fmtS(rawCon))
+	} else {
+		p("| raw broker | %s | | |\n", notRun)
+	}
+	if o.sections["dispatcher"] {
+		p("| dispatcher claim-publish-record, reminders/s | %s |\n", fmtS(disp))
+	} else {
+		p("| dispatcher | %s | | |\n", notRun)
+	}
+	if o.sections["raw"] && o.sections["dispatcher"] {
+		p("| dispatcher / raw publish | %.2f | | |\n", dr)
+	}
+	p("\n")
+
+	// ------------------------------------------------------------ latency
+	p("## 3. Latency at %.0f%% load\n\n", 100*o.latencyLoadShare())
+	if len(r.latency) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportLatency(p, o, r)
+	}
+
+	// ------------------------------------------------------------ scale
+	p("## 4. Claim rate with the table at scale\n\n")
+	if len(r.scale) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportScale(p, o, m, r)
+	}
+
+	// ------------------------------------------------------------ memory
+	p("## 5. Memory and CPU of the real processes\n\n")
+	if len(r.procs) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportProcs(p, o, r)
+	}
+	if o.sections["dispatcher"] || o.sections["e2e"] {
+		p("### Harness RSS (rough proxy)\n\n")
+		p("Peak RSS (`VmHWM`, reset through `/proc/self/clear_refs` before each run) of the **harness process** during the in-process runs above, which host everything in one process, including the fake SMS provider, which keeps every message it accepted (most of the growth with N); the per-process figures are the table above.\n\n")
+		p("| run | N | peak RSS MiB median | min | max |\n|---|---|---|---|---|\n")
+		if o.sections["dispatcher"] {
+			p("| dispatcher alone | %s | %s |\n", thousands(o.nOther), fmtSf(pick(r.disp, func(x dispatchResult) float64 { return x.RSS })))
+		}
+		if o.sections["e2e"] {
+			for _, k := range o.workers {
+				p("| Nudge e2e, %d in-process workers + dispatcher + fake SMS | %s | %s |\n", k, thousands(o.nFor(k)), fmtSf(pick(r.e2e[k], func(x e2eResult) float64 { return x.RSS })))
+				p("| River, %d clients | %s | %s |\n", k, thousands(o.nFor(k)), fmtSf(pick(r.river[k], func(x riverResult) float64 { return x.RSS })))
+			}
+		}
+		p("\n")
+	}
+	if r.profiled != "" {
+		p("## Profile\n\nA CPU profile of the first end-to-end run with %d workers is written to `bench/%s` (`go tool pprof -top bench/%s`).\n\n", o.profileWorkers, r.profiled, r.profiled)
+	}
+	p("## Not measured yet\n\n")
+	p("- Raw broker publishing and consuming at once (the issue's 17,000 msg/s reference).\n")
+	p("- River with its fetch limits raised (`FetchCooldown`, `MaxWorkers`): the River figures here are a floor.\n")
+	if o.nOther < o.n {
+		p("- N = %s for every configuration, not only the headline (`make bench BENCH_N_OTHER=%d`, well over 15 minutes).\n", thousands(o.n), o.n)
+	}
+	p("- Latency with the workers as separate processes (the latency runs host them in the harness), and several worker processes at once.\n")
+	p("\n`cd bench && go run ./cmd/nudge-bench -diagnose` runs EXPLAIN (ANALYZE, BUFFERS, WAL) on the dispatcher's statements over N due reminders and samples `pg_stat_activity` every 5 ms during one end-to-end run: where PostgreSQL spends its time, by statement and wait event. `-only scale` (or `latency`, `procs`, …) runs one section; `-h` lists the sizes.\n")
+	// Hand-written notes below the marker survive a regeneration.
+	p("\n%s\n", notesMarker)
+	if old, err := os.ReadFile(o.out); err == nil {
+		if _, tail, ok := strings.Cut(string(old), notesMarker+"\n"); ok {
+			b.WriteString(tail)
+		}
+	}
+	if err := os.WriteFile(o.out, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	return nil
+}
+
+// latencyLoadShare is the share of the headline throughput the latency runs
+// offered (-latency-load, or 0 when -latency-rate fixed the rate).
+func (o options) latencyLoadShare() float64 {
+	if o.latencyRate > 0 {
+		return 0
+	}
+	return o.latencyLoad
+}
+
+func reportLatency(p func(string, ...any), o options, r results) {
+	offered := pick(r.latency, func(x latencyResult) float64 { return x.Offered })
+	achieved := pick(r.latency, func(x latencyResult) float64 { return x.Achieved })
+	n := pick(r.latency, func(x latencyResult) float64 { return float64(x.N) })
+	p("A stream of SMS reminders scheduled through the intake beforehand and **due one after the other at a steady rate** of %s reminders/s (median over runs; ", fmtR(offered, 0))
+	if o.latencyRate > 0 {
+		p("set with `-latency-rate`")
+	} else {
+		p("%.0f%% of the median %d-worker end-to-end throughput measured so far in this run", 100*o.latencyLoad, o.headline)
+	}
+	p(") for %s (%.0f reminders a run), delivered by %d in-process workers (default configuration) and an in-process dispatcher in its loop (`Dispatcher.Loop`, a pass every %s, batch 500), to the instant fake SMS provider. Delivered rate, first due → last terminal: %s reminders/s. Every reminder delivered in every run: %s.\n\n",
+		o.latencyFor, n.Median, o.headline, o.latencyEvery, fmtR(achieved, 0), yes(allStreamDelivered(r)))
+	p("From the event trail (`reminder_events`), per reminder: **due→claim** = `leased` event − `due_at` (mostly the dispatcher's interval: a row waits for the next pass); **claim→enqueue** = `enqueued` − `leased` (sign, publish with confirms, the batch's confirms; the `enqueued` time is the dispatcher's clock once the broker confirmed the whole batch, before it records it); **enqueue→start** = `sending` − `enqueued` (broker delivery, the worker's batch wait of 10 ms, reading the row, claiming the attempt); **start→terminal** = terminal event − `sending` (render, the HTTP send, until the outcome is about to be written: the worker's clock before its write commits). **Enqueue→terminal** (the target) and **end to end** (terminal − `due_at`) span several hops. Each cell is the median over runs of that run's percentile, with the range over runs.\n\n")
+	overtaken := pick(r.latency, func(x latencyResult) float64 { return 100 * ratio(float64(x.Overtaken), float64(x.N)) })
+	noEnq := pick(r.latency, func(x latencyResult) float64 { return 100 * ratio(float64(x.NoEnqueue), float64(x.N)) })
+	p("**The trail has no `enqueued` event for %.1f%% of the reminders** (median over runs; %.1f–%.1f%%): `MarkEnqueued` only moves rows still `leased`, and their worker had already claimed the attempt (`ClaimAttempts` accepts `leased`: the message overtook the dispatcher's record). Such a reminder takes its batch's enqueue time (the rows of one claim statement share its `leased` time and one confirm time), so its enqueue→start can be below zero (\"below zero\" column) and its enqueue→terminal counts from the batch's confirm rather than from the moment its own message reached the queue, which was earlier. %.1f%% (%.1f–%.1f%%) belong to batches with no `enqueued` event at all (their `MarkEnqueued` failed, or every row was overtaken): no enqueue time, left out of the hops that start or end there.\n\n",
+		overtaken.Median, overtaken.Min, overtaken.Max, noEnq.Median, noEnq.Min, noEnq.Max)
+	p("%s\n", failedPassesNote(func(yield func([]string) bool) {
+		for _, x := range r.latency {
+			if !yield(x.FailedPasses) {
+				return
+			}
+		}
+	}, "latency"))
+	p("| hop | p50 ms | p99 ms | max ms | below zero |\n|---|---|---|---|---|\n")
+	for _, hop := range latencyHops {
+		p50 := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hop].P50 })
+		p99 := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hop].P99 })
+		mx := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hop].Max })
+		neg := pick(r.latency, func(x latencyResult) float64 {
+			h := x.Hops[hop]
+			return 100 * ratio(float64(h.Negative), float64(h.Count))
+		})
+		name := strings.ReplaceAll(hop, "_", " ")
+		if hop == hopEnqueueToTerminal {
+			name = "**" + name + "** (target)"
+		}
+		p("| %s | %s | %s | %s | %.1f%% |\n", name, fmtR(p50, 1), fmtR(p99, 1), fmtR(mx, 1), neg.Median)
+	}
+	p("\n")
+	p("The same hops from the histograms the dispatcher and the workers recorded (`nudge_hop_latency_seconds`): the processes' own view, the one Prometheus alerts on. Its buckets (10 ms, 50 ms, 100 ms, 250 ms, …) only say which bucket a quantile falls in (median over runs); the share at or under 50 ms is exact, 50 ms being a bound. The worker's enqueue→start starts at the envelope's `FirstSeen` (when the dispatcher sealed the message, before publishing), not at the confirm, so it includes the publish and is never negative; the dispatcher observes claim→enqueue only for the rows its `MarkEnqueued` moved, hence fewer samples.\n\n")
+	p("| hop (histogram) | samples per run | p50 in bucket | p99 in bucket | ≤ 50 ms median | min | max |\n|---|---|---|---|---|---|---|\n")
+	for _, hop := range []string{metrics.HopDueToClaim, metrics.HopClaimToEnqueue, metrics.HopEnqueueToStart, metrics.HopStartToTerminal} {
+		cnt := pick(r.latency, func(x latencyResult) float64 { return float64(x.Hist[hop].Count) })
+		p50 := pick(r.latency, func(x latencyResult) float64 { return x.Hist[hop].P50 })
+		p99 := pick(r.latency, func(x latencyResult) float64 { return x.Hist[hop].P99 })
+		under := pick(r.latency, func(x latencyResult) float64 { return 100 * x.Hist[hop].Under50ms })
+		p("| %s | %.0f | %s | %s | %.1f%% | %.1f%% | %.1f%% |\n", strings.ReplaceAll(hop, "_", " "), cnt.Median,
+			bucketLabel(p50.Median), bucketLabel(p99.Median), under.Median, under.Min, under.Max)
+	}
+	p("\n")
+}
+
+// bucketLabel names the latency bucket whose upper bound is ub (seconds).
+func bucketLabel(ub float64) string {
+	ms := func(s float64) string { return strconv.FormatFloat(s*1000, 'f', -1, 64) }
+	lower := 0.0
+	for _, b := range metrics.LatencyBuckets {
+		if b >= ub {
+			break
+		}
+		lower = b
+	}
+	if math.IsInf(ub, 1) {
+		return "> " + ms(lower) + " ms"
+	}
+	return ms(lower) + "–" + ms(ub) + " ms"
+}
+
+func reportScale(p func(string, ...any), o options, m machine, r results) {
+	ctl := rowsLabel(r.scale[0].ControlSize)
+	p("The dispatcher's claim (`store.ClaimDue`, the statement `Dispatcher.RunOnce` runs, batch %d, one transaction per batch) against tables of different sizes, each a schema of its own migrated with the real migrations, filled with `INSERT … SELECT generate_series` and dropped before the next is built. ", o.batch)
+	p("Beside each lives a fresh **control** table of %s rows built the same way, and the claims alternate between the two batch by batch (control, table, table, control, …), so each size is compared with claims taken within milliseconds of its own on a machine whose load moves all the time; a run's rate is its rows over its own statements' time, and the ratio is the table's median over its control's.\n\n", ctl)
+	p("A table's size counts the rows the claim should not care about: one in five pending and due within 30 days (in the claim's partial index, past the cutoff), the rest terminal (94%% delivered, 2%% each failed, expired, canceled) over 90 days, for 16 tenants (id mod 16). **On top of them** every table holds the same two sets of %d × %s pending rows due before the cutoff, so the claims do the same work whatever the size: **clustered**, a block of consecutive ids (as rows scheduled together are stored together), and **spread**, evenly over the whole id range (as reminders scheduled on different days for the same hour are): at 1M rows and more the claim then touches one heap page per row, which a large table does not keep in PostgreSQL's buffer cache (`shared_buffers` %s here; the OS page cache holds the rest). ",
+		o.runs, thousands(o.scalePerRun), m.SharedBuffers)
+	p("Unique constraints and secondary indexes are built after the load (as a restore would), then the table is analyzed and a checkpoint taken; autovacuum is off for the table so that a vacuum of gigabytes cannot start during the claims. ")
+	p("Each run claims %s rows from each table in batches of %d, with the cutoff at build time: runs 1–%d take the clustered set (due first), runs %d–%d the spread one (the batch at the boundary may mix them), and each starts where the previous one stopped (its index walk passes the entries the previous claims left dead until a vacuum, as the dispatcher's does). The tables hold no event history (`reminder_events` gets only the claims' own events): the claim only appends to it.\n\n",
+		thousands(o.scalePerRun), o.batch, o.runs, o.runs+1, 2*o.runs)
+	p("| size (rows besides the due ones) | due rows | table + indexes | loaded + indexed in | claimed rows/s median | min | max | ms per claim, p50 | p99 | control (%s) rows/s median | table / control |\n|---|---|---|---|---|---|---|---|---|---|---|\n", ctl)
+	for _, lay := range []string{"clustered", "spread"} {
+		for _, s := range r.scale {
+			l, c := s.Clustered, s.ControlClustered
+			if lay == "spread" {
+				l, c = s.Spread, s.ControlSpread
+			}
+			rates, crates := summarize(l.Rates), summarize(c.Rates)
+			p("| %s | %s | %s | %s + %s | %s | %.1f | %.1f | %.0f | %.2f |\n", thousands(s.Size), lay, byteSize(s.TotalBytes),
+				s.Load.Round(time.Second), s.Index.Round(time.Second), fmtS(rates),
+				percentile(l.BatchMs, 0.5), percentile(l.BatchMs, 0.99), crates.Median, ratio(rates.Median, crates.Median))
+		}
+	}
+	p("\nWhat the planner makes of the claim on each table (`EXPLAIN (FORMAT JSON)` of the statement in `internal/store/queries.sql`, with a batch of %d, before the runs): its cost estimate, and whether PostgreSQL JIT-compiles it — which it does on every execution once the estimate passes `jit_above_cost` (%s).\n\n", o.batch, m.JIT)
+	p("| size | claim's cost estimate | JIT | control's estimate | control JIT |\n|---|---|---|---|---|\n")
+	for _, s := range r.scale {
+		p("| %s | %.0f | %s | %.0f | %s |\n", thousands(s.Size), s.Plan.Cost, jitLabel(s.Plan), s.ControlPlan.Cost, jitLabel(s.ControlPlan))
+	}
+	p("\n")
+}
+
+func jitLabel(c claimPlan) string {
+	switch {
+	case !c.JIT:
+		return "no"
+	case c.Inline && c.Optimize:
+		return "**yes**, inlined and optimized"
+	case c.Optimize:
+		return "**yes**, optimized"
+	case c.Inline:
+		return "**yes**, inlined"
+	}
+	return "**yes**"
+}
+
+func reportProcs(p func(string, ...any), o options, r results) {
+	rate := pick(r.procs, func(x procResult) float64 { return x.Rate })
+	p("The real binaries, built from this tree with `go build` into a temporary directory, each a process of its own: one `sms-worker` (`--prefetch %d`, otherwise its defaults: concurrency 4, batch 50), started first and ready, then one `dispatcher` (`--batch %d`, in its loop, its first pass taking the whole backlog of %s due reminders). The fake SMS provider runs in the harness. Peak RSS is `VmHWM` from `/proc/<pid>/status`, read just before SIGTERM (the dispatcher once every reminder is enqueued, the worker once every one is terminal); not `ru_maxrss`, which for a child of a Go process starts at the parent's RSS (the kernel carries the high-water mark of the memory shared until `execve` into the child). CPU is the process's user + system time over its whole life, per 1,000 reminders. This setup delivered %s reminders/s (first claim → last terminal).\n\n",
+		o.procPrefetch, o.batch, thousands(o.procN), fmtR(rate, 0))
+	p("| process | peak RSS (VmHWM) MiB median | min | max | CPU s per 1,000 reminders |\n|---|---|---|---|---|\n")
+	f := 1000 / float64(o.procN)
+	p("| sms-worker, prefetch %d | %s | %.3f |\n", o.procPrefetch,
+		fmtSf(pick(r.procs, func(x procResult) float64 { return x.WorkerMiB })),
+		pick(r.procs, func(x procResult) float64 { return x.WorkerCPU * f }).Median)
+	p("| dispatcher, batch %d | %s | %.3f |\n\n", o.batch,
+		fmtSf(pick(r.procs, func(x procResult) float64 { return x.DispatcherMiB })),
+		pick(r.procs, func(x procResult) float64 { return x.DispatcherCPU * f }).Median)
+	var werr, derr []string
+	for _, x := range r.procs {
+		werr, derr = append(werr, x.WorkerErrors...), append(derr, x.DispatcherErrors...)
+	}
+	if len(werr)+len(derr) == 0 {
+		p("Neither process logged an error in any run.\n\n")
+	} else {
+		p("**Errors logged** over the runs: sms-worker %d, dispatcher %d (the dispatcher's loop runs a failed pass again a second later). The first:\n\n", len(werr), len(derr))
+		for _, l := range append(firstN(werr, 1), firstN(derr, 1)...) {
+			p("    %s\n", truncate(l, 400))
+		}
+		p("\n")
+	}
+}
+
+func byteSize(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
+}
+
+// percentile is the nearest-rank percentile of xs.
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+const riverVersion = "v0.51.2"
+
+// notesMarker starts the hand-written part of the report, kept as is.
+const notesMarker = "<!-- Hand-written notes below this line are kept by nudge-bench. -->"
+
+func allDelivered(o options, r results) bool {
+	for k, rs := range r.e2e {
+		for _, x := range rs {
+			if x.Delivered != o.nFor(k) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func allStreamDelivered(r results) bool {
+	for _, x := range r.latency {
+		if x.Delivered != x.N {
+			return false
+		}
+	}
+	return true
+}
+
+// failedPassesNote says how many dispatcher passes failed over a section's
+// runs (each was run again, as the dispatcher's loop would), with the first
+// error.
+func failedPassesNote(all func(yield func([]string) bool), section string) string {
+	var n int
+	var first string
+	for fs := range all {
+		n += len(fs)
+		if first == "" && len(fs) > 0 {
+			first = fs[0]
+		}
+	}
+	if n == 0 {
+		return fmt.Sprintf("No dispatcher pass failed in the %s runs.\n", section)
+	}
+	return fmt.Sprintf("**%d dispatcher pass(es) failed** in the %s runs and were run again (as the dispatcher's loop would at its next tick); the first: `%s`.\n", n, section, truncate(first, 300))
+}
+
+func firstN(xs []string, n int) []string { return xs[:min(n, len(xs))] }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,402 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/schema"
+)
+
+// The scale benchmark asks whether the dispatcher's claim costs the same
+// whatever the size of the reminders table: the claim should walk only the
+// due, pending rows (partial indexes of pending rows), so a table of ten
+// million rows, terminal or due later, should claim as fast as one of ten
+// thousand. Every table holds the same due rows on top of its size, so the
+// claims do the same work and only what surrounds them grows. Each size
+// gets a freshly migrated schema of its own, filled with INSERT … SELECT
+// generate_series (secondary indexes built after the load, as a restore
+// would), and is dropped before the next one is built: at most one big
+// table exists at a time. Beside it lives a fresh
+// control table of the smallest size, claimed from alternately with it
+// batch by batch, so that each size is compared with claims taken within
+// milliseconds of its own on a machine whose load moves all the time.
+
+// scaleResult is one table size and its control: the claim rate of each run
+// and the time of every claim statement, for each layout of the due rows.
+type scaleResult struct {
+	Size, ControlSize int
+	Due               int   // pending rows due when the runs started (both sets)
+	TotalBytes        int64 // with indexes and TOAST
+	Load              time.Duration
+	Index             time.Duration // building the indexes, ANALYZE, CHECKPOINT
+	// Clustered: due rows with consecutive ids; Spread: due rows spread over
+	// the whole table (see ScaleFill). The Control ones are the same runs on
+	// the control table.
+	Clustered, Spread, ControlClustered, ControlSpread scaleLayout
+	// Plan and ControlPlan are what the planner makes of the claim on each
+	// table before the runs.
+	Plan, ControlPlan claimPlan
+}
+
+// claimPlan is the planner's view of one claim: its cost estimate, and
+// whether PostgreSQL compiles it with JIT (a cost above jit_above_cost), with
+// inlining and optimization (above their own thresholds) — a compile that
+// costs tens to hundreds of milliseconds on every execution.
+type claimPlan struct {
+	Cost                  float64
+	JIT, Inline, Optimize bool
+}
+
+type scaleLayout struct {
+	Rates   []float64 // claimed rows/s, one per run
+	BatchMs []float64 // every ClaimDue statement, ms
+}
+
+// scaleLoadChunk is the rows of one ScaleFill statement; two load at once.
+const scaleLoadChunk = 500_000
+
+// scaleRun builds a control table of controlSize rows and one of size rows,
+// each with two sets of runs×perRun due rows on top, then claims perRun rows
+// per run from each in turn with store.ClaimDue (the dispatcher's
+// statement, one transaction per batch of `batch`): first runs over the
+// clustered sets (they are due earlier), then over the spread ones. Both
+// schemas are dropped on return.
+func scaleRun(ctx context.Context, e *env, claimSQL string, size, controlSize, runs, perRun, batch int) (res scaleResult, err error) {
+	res.Size, res.ControlSize = size, controlSize
+	ctl, err := buildScaleTable(ctx, e, controlSize, runs*perRun)
+	if err != nil {
+		return res, err
+	}
+	defer ctl.close()
+	big, err := buildScaleTable(ctx, e, size, runs*perRun)
+	if err != nil {
+		return res, err
+	}
+	defer big.close()
+	res.Due, res.TotalBytes, res.Load, res.Index = big.due, big.totalBytes, big.load, big.index
+	if res.ControlPlan, err = ctl.explainClaim(ctx, claimSQL, batch); err != nil {
+		return res, err
+	}
+	if res.Plan, err = big.explainClaim(ctx, claimSQL, batch); err != nil {
+		return res, err
+	}
+	for _, l := range []struct{ ctl, big *scaleLayout }{
+		{&res.ControlClustered, &res.Clustered}, {&res.ControlSpread, &res.Spread},
+	} {
+		for range runs {
+			if err := claimAlternately(ctx, perRun, batch, []*scaleTable{ctl, big}, []*scaleLayout{l.ctl, l.big}); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// scaleTable is one built table in a schema of its own.
+type scaleTable struct {
+	pool        *pgxpool.Pool
+	drop        func()
+	now         time.Time // the claims' cutoff
+	due         int       // both sets
+	totalBytes  int64
+	load, index time.Duration
+}
+
+// buildScaleTable migrates a new schema and fills its reminders table with
+// size rows terminal or due later and two sets of `due` rows due (see
+// ScaleFill).
+func buildScaleTable(ctx context.Context, e *env, size, due int) (_ *scaleTable, err error) {
+	name, drop, err := e.newSchema(ctx, "bench_scale")
+	if err != nil {
+		return nil, err
+	}
+	t := &scaleTable{drop: drop, now: time.Now()}
+	defer func() {
+		if err != nil {
+			t.close()
+		}
+	}()
+	cfg, err := pgxpool.ParseConfig(e.schemaURL(name))
+	if err != nil {
+		return t, fmt.Errorf("scale: %w", err)
+	}
+	cfg.MaxConns = 4
+	if t.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return t, fmt.Errorf("scale: connecting to %s: %w", name, err)
+	}
+	if _, err := schema.Migrate(ctx, t.pool); err != nil {
+		return t, fmt.Errorf("scale: migrating %s: %w", name, err)
+	}
+	total := size + 2*due
+	if t.load, t.index, err = fillScaleTable(ctx, t.pool, total, due, t.now); err != nil {
+		return t, err
+	}
+	var rows int64
+	if err := t.pool.QueryRow(ctx, stmt("ScaleShape"), pgx.NamedArgs{"now": t.now}).
+		Scan(&rows, &t.due, &t.totalBytes); err != nil {
+		return t, fmt.Errorf("scale: reading the table's shape: %w", err)
+	}
+	if rows != int64(total) || t.due != 2*due {
+		return t, fmt.Errorf("scale: built %d rows with %d due, want %d with %d", rows, t.due, total, 2*due)
+	}
+	return t, nil
+}
+
+func (t *scaleTable) close() {
+	if t.pool != nil {
+		t.pool.Close()
+	}
+	t.drop()
+}
+
+// explainClaim asks the planner for the claim statement's plan on this
+// table, without running it.
+func (t *scaleTable) explainClaim(ctx context.Context, claimSQL string, batch int) (claimPlan, error) {
+	var out claimPlan
+	var js string
+	now := time.Now()
+	if err := t.pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+claimSQL, pgx.NamedArgs{
+		"now": now, "cutoff": t.now, "limit": batch, "lease_until": now.Add(2 * time.Minute), "actor": "bench-scale",
+	}).Scan(&js); err != nil {
+		return out, fmt.Errorf("scale: explaining the claim: %w", err)
+	}
+	var plans []struct {
+		Plan struct {
+			TotalCost float64 `json:"Total Cost"`
+		}
+		JIT *struct {
+			Options struct{ Inlining, Optimization bool }
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &plans); err != nil || len(plans) != 1 {
+		return out, fmt.Errorf("scale: reading the claim's plan: %v", err)
+	}
+	out.Cost = plans[0].Plan.TotalCost
+	if j := plans[0].JIT; j != nil {
+		out.JIT, out.Inline, out.Optimize = true, j.Options.Inlining, j.Options.Optimization
+	}
+	return out, nil
+}
+
+// claimAlternately claims perRun rows from each table, one batch from each
+// in turn (the first table first on even batches, the other on odd ones), so
+// that both see the same moments of a busy machine; it records each
+// table's rate over its own statements' time, and every statement's time.
+// The claim takes rows in due order (per tenant: an even part of each batch
+// from every tenant), so a table's clustered set, due first, is taken before
+// its spread one; the batch at the boundary can mix the two.
+func claimAlternately(ctx context.Context, perRun, batch int, tables []*scaleTable, into []*scaleLayout) error {
+	claimed := make([]int, len(tables))
+	spent := make([]time.Duration, len(tables))
+	for turn := 0; ; turn++ {
+		busy := false
+		for k := range tables {
+			i := k
+			if turn%2 == 1 {
+				i = len(tables) - 1 - k
+			}
+			t := tables[i]
+			if claimed[i] >= perRun {
+				continue
+			}
+			busy = true
+			b0 := time.Now()
+			c, err := store.New(t.pool).ClaimDue(ctx, b0, t.now, min(batch, perRun-claimed[i]), 2*time.Minute, "bench-scale")
+			d := time.Since(b0)
+			if err != nil {
+				return fmt.Errorf("scale: %w", err)
+			}
+			if len(c) == 0 {
+				return fmt.Errorf("scale: nothing left to claim after %d rows", claimed[i])
+			}
+			into[i].BatchMs = append(into[i].BatchMs, float64(d.Microseconds())/1000)
+			claimed[i] += len(c)
+			spent[i] += d
+		}
+		if !busy {
+			break
+		}
+	}
+	for i := range tables {
+		into[i].Rates = append(into[i].Rates, float64(claimed[i])/spent[i].Seconds())
+	}
+	return nil
+}
+
+// fillScaleTable loads total rows, two sets of `due` of them due, into the
+// migrated reminders table the way a restore would: the secondary indexes and unique constraints are dropped,
+// the rows inserted by two sessions at once, then the same definitions are
+// rebuilt (two at a time), the table analyzed (as autovacuum would after a
+// bulk load) and a checkpoint taken, so the claims do not meet one. Autovacuum
+// is off for the table, so a vacuum of gigabytes cannot start mid-measurement.
+func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, total, due int, now time.Time) (load, index time.Duration, err error) {
+	drops, rebuild, err := scaleDeferredIndexes(ctx, pool)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, q := range append([]string{"ALTER TABLE reminders SET (autovacuum_enabled = false)"}, drops...) {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return 0, 0, fmt.Errorf("scale: %s: %w", q, err)
+		}
+	}
+
+	started := time.Now()
+	block := max(1, total/2-due/2) // the clustered set, in the middle of the table
+	var fills []func(*pgxpool.Conn) error
+	for first := 1; first <= total; first += scaleLoadChunk {
+		last := min(first+scaleLoadChunk-1, total)
+		args := pgx.NamedArgs{"first": first, "last": last, "size": total, "due": due, "block": block, "now": now}
+		fills = append(fills, func(c *pgxpool.Conn) error {
+			if _, err := c.Exec(ctx, stmt("ScaleFill"), args); err != nil {
+				return fmt.Errorf("scale: loading rows %d..%d: %w", first, last, err)
+			}
+			return nil
+		})
+	}
+	if err := inParallel(ctx, pool, 2, fills); err != nil {
+		return 0, 0, err
+	}
+	load = time.Since(started)
+
+	started = time.Now()
+	var builds []func(*pgxpool.Conn) error
+	for _, q := range rebuild {
+		builds = append(builds, func(c *pgxpool.Conn) error {
+			if _, err := c.Exec(ctx, q); err != nil {
+				return fmt.Errorf("scale: %s: %w", q, err)
+			}
+			return nil
+		})
+	}
+	if err := inParallel(ctx, pool, 2, builds, "SET maintenance_work_mem = '1GB'"); err != nil {
+		return load, 0, err
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE reminders"); err != nil {
+		return load, 0, fmt.Errorf("scale: analyzing: %w", err)
+	}
+	// Best effort: CHECKPOINT needs a superuser or pg_checkpoint.
+	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		fmt.Printf("  (no checkpoint after the load: %v)\n", err)
+	}
+	return load, time.Since(started), nil
+}
+
+// scaleDeferredIndexes returns the statements that drop the unique
+// constraints and secondary indexes of reminders, and those that rebuild
+// them as they were.
+func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) (drops, rebuild []string, err error) {
+	type def struct{ name, def string }
+	list := func(query string) ([]def, error) {
+		rows, err := pool.Query(ctx, stmt(query))
+		if err != nil {
+			return nil, fmt.Errorf("scale: %s: %w", query, err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (def, error) {
+			var d def
+			err := r.Scan(&d.name, &d.def)
+			return d, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("scale: %s: %w", query, err)
+		}
+		return out, nil
+	}
+	cons, err := list("ScaleUniqueConstraints")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range cons {
+		id := pgx.Identifier{c.name}.Sanitize()
+		drops = append(drops, "ALTER TABLE reminders DROP CONSTRAINT "+id)
+		rebuild = append(rebuild, "ALTER TABLE reminders ADD CONSTRAINT "+id+" "+c.def)
+	}
+	idx, err := list("ScaleSecondaryIndexes")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range idx {
+		drops = append(drops, "DROP INDEX "+d.name) // regclass text: quoted where needed
+		rebuild = append(rebuild, d.def)
+	}
+	return drops, rebuild, nil
+}
+
+// inParallel runs the jobs over `width` connections of pool, each first
+// running setup, and returns the first error (the others stop taking jobs).
+func inParallel(ctx context.Context, pool *pgxpool.Pool, width int, jobs []func(*pgxpool.Conn) error, setup ...string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan func(*pgxpool.Conn) error)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+			cancel()
+		}
+	}
+	for range width {
+		wg.Go(func() {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				fail(fmt.Errorf("scale: acquiring a connection: %w", err))
+				return
+			}
+			defer c.Release()
+			for _, q := range setup {
+				if _, err := c.Exec(ctx, q); err != nil {
+					fail(fmt.Errorf("scale: %s: %w", q, err))
+					return
+				}
+			}
+			for job := range next {
+				if err := job(c); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+feed:
+	for _, job := range jobs {
+		select {
+		case next <- job:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return first
+}
+
+// dropLeftoverScaleSchemas drops scale schemas a killed run left behind
+// (an interrupted run drops its own): each can hold gigabytes.
+func dropLeftoverScaleSchemas(ctx context.Context, e *env) error {
+	rows, err := e.admin.Query(ctx, stmt("LeftoverScaleSchemas"))
+	if err != nil {
+		return fmt.Errorf("listing leftover scale schemas: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("listing leftover scale schemas: %w", err)
+	}
+	for _, n := range names {
+		fmt.Printf("  dropping %s, left behind by an earlier run\n", n)
+		e.dropSchema(n)
+	}
+	return nil
+}
