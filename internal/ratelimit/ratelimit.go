@@ -197,8 +197,9 @@ type Grant struct {
 	// QueueAt is the turn of the first new message that got none: behind the
 	// flow's messages deferred earlier.
 	QueueAt time.Time
-	// Spacing is the flow's interval at its current share: the k-th message
-	// past NextAt or QueueAt can expect its turn k × Spacing later.
+	// Spacing is the interval between turns: the k-th message past NextAt
+	// or QueueAt can expect its turn k × Spacing later, at the earliest (at
+	// the flow's cap, or the account's rate, not its share now).
 	Spacing time.Duration
 	// Share is the flow's rate now, sends per second.
 	Share float64
@@ -238,7 +239,13 @@ func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant st
 		return Grant{}, fmt.Errorf("reserving %d %s slots for %s: %w", want, channel, tenant, err)
 	}
 	g.NextAt, g.QueueAt = next, queue
-	g.Spacing = time.Duration(float64(time.Second) / g.Share)
+	// Turns follow at the most the flow could get, so that a share that
+	// grows (other tenants finish) is used: see nudge_rate_reserve.
+	most := cl.Rate
+	if capRate != nil {
+		most = min(most, *capRate)
+	}
+	g.Spacing = time.Duration(float64(time.Second) / most)
 	if g.Slots == nil {
 		g.Slots = []time.Time{}
 	}

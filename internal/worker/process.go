@@ -551,7 +551,7 @@ func (w *Worker) admit(ctx context.Context, claim []store.Fenced, items []*item)
 				continue
 			}
 			// The k-th message past its flow's next turn can expect its
-			// slot k intervals of the flow's share later.
+			// slot k intervals (at the flow's cap) later, at the earliest.
 			var turn time.Time
 			if it.env.NotBefore.IsZero() {
 				turn = g.QueueAt.Add(time.Duration(queued) * g.Spacing)

@@ -42,9 +42,10 @@ CREATE TABLE rate_flows (
 --
 -- The first p_want - p_fresh messages asked for are ones that waited before;
 -- the last p_fresh are new. New messages that get no slot queue behind the
--- flow's earlier deferred ones: queue_at is the first such message's turn.
--- next_at is when the flow's next slot can be reserved (for the ones that
--- waited before and get none). share is the flow's rate now.
+-- flow's earlier deferred ones: queue_at is the first such message's turn,
+-- the next ones follow at the flow's cap (or the account's rate). next_at is
+-- when the flow's next slot can be reserved (for the ones that waited before
+-- and get none). share is the flow's rate now.
 CREATE FUNCTION nudge_rate_reserve(
     p_account text, p_rate double precision, p_burst integer,
     p_flow text, p_cap double precision, p_flow_burst integer,
@@ -65,6 +66,7 @@ DECLARE
     old_denied integer;
     new_denied integer;
     f_iv      interval;
+    q_iv      interval;
     f_burst   integer;
     remaining double precision := p_rate;
     n_left    integer;
@@ -147,12 +149,18 @@ BEGIN
     granted := coalesce(array_length(slots, 1), 0);
     old_denied := greatest(p_want - p_fresh - granted, 0);
     new_denied := p_want - granted - old_denied;
-    f_queue := queue_at + new_denied * f_iv;
+    -- Turns are spaced at the most the flow could ever get (its cap, or the
+    -- whole account), not at its share now: a share grows when other flows
+    -- finish, and messages spaced at the old share would come back too
+    -- slowly to use it. A message back before its slot is free asks again
+    -- and gets a later turn.
+    q_iv := make_interval(secs => 1.0 / least(coalesce(p_cap, p_rate), p_rate));
+    f_queue := queue_at + new_denied * q_iv;
     IF old_denied > 0 THEN
-        f_waiting := greatest(f_waiting, next_at + (old_denied - 1) * f_iv);
+        f_waiting := greatest(f_waiting, next_at + (old_denied - 1) * q_iv);
     END IF;
     IF new_denied > 0 THEN
-        f_waiting := greatest(f_waiting, queue_at + (new_denied - 1) * f_iv);
+        f_waiting := greatest(f_waiting, queue_at + (new_denied - 1) * q_iv);
     END IF;
 
     UPDATE rate_limits SET tat = a_tat WHERE key = acc_key;
