@@ -193,12 +193,28 @@ type Summary struct {
 	OutOfBudget bool
 }
 
-// RunOnce runs one dispatch pass with the cutoff taken now.
+// RunOnce runs one dispatch pass with the cutoff taken now. Batches overlap
+// by one: while a batch is published and recorded (Enqueue), the next one is
+// claimed, so the claim's database work runs beside the broker's confirms
+// and the previous record. At most one Enqueue runs at a time, so batches
+// are published in claim order.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	cfg := d.Config.withDefaults()
 	start := d.Clock.Now()
 	sum := Summary{Cutoff: start}
 	var slowest time.Duration
+	var running chan enqueued // the previous batch's Enqueue, if any
+	collect := func() error {
+		if running == nil {
+			return nil
+		}
+		r := <-running
+		running = nil
+		sum.Enqueued += r.res.Enqueued
+		sum.Released += r.res.Released
+		sum.Lost += r.res.Lost
+		return r.err
+	}
 	for {
 		if ctx.Err() != nil {
 			break
@@ -211,6 +227,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		batchStart := d.Clock.Now()
 		claimed, more, err := d.Store.ClaimDueBatch(ctx, batchStart, sum.Cutoff, cfg.Batch, cfg.Lease, d.Actor)
 		if err != nil {
+			err = errors.Join(err, collect())
 			sum.Elapsed = d.Clock.Now().Sub(start)
 			return sum, err
 		}
@@ -227,21 +244,36 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			}
 			d.Metrics.HopBetween(metrics.HopDueToClaim, string(c.Channel), c.DueAt, c.ClaimedAt)
 		}
-		res, err := d.Enqueue(ctx, claimed)
-		sum.Enqueued += res.Enqueued
-		sum.Released += res.Released
-		sum.Lost += res.Lost
-		if err != nil {
+		if err := collect(); err != nil {
+			// The previous batch could not be published or recorded (broker
+			// or database down). This one is claimed: hand it to Enqueue
+			// too, so that what cannot be published goes back to pending now
+			// rather than when its lease expires, and end the pass.
+			res, err2 := d.Enqueue(ctx, claimed)
+			sum.Enqueued += res.Enqueued
+			sum.Released += res.Released
+			sum.Lost += res.Lost
 			sum.Elapsed = d.Clock.Now().Sub(start)
-			return sum, err
+			return sum, errors.Join(err, err2)
 		}
+		running = make(chan enqueued, 1)
+		go func(claimed []store.Claimed, done chan<- enqueued) {
+			res, err := d.Enqueue(ctx, claimed)
+			done <- enqueued{res: res, err: err}
+		}(claimed, running)
 		slowest = max(slowest, d.Clock.Now().Sub(batchStart))
 		if !more {
-			break // rows released above stay for the next pass
+			break // rows released by Enqueue stay for the next pass
 		}
 	}
+	err := collect()
 	sum.Elapsed = d.Clock.Now().Sub(start)
-	return sum, nil
+	return sum, err
+}
+
+type enqueued struct {
+	res EnqueueResult
+	err error
 }
 
 // Loop runs a pass every interval until ctx is done, logging each summary.
