@@ -643,8 +643,18 @@ func (w *Worker) send(ctx context.Context, it *item) {
 			it.out.Reason = "quarantined: the send panicked: " + fmt.Sprint(p)
 		}
 	}()
-	if !it.sendAt.IsZero() {
-		w.awaitSlot(ctx, it)
+	if !it.sendAt.IsZero() && !w.awaitSlot(ctx, it) {
+		// No send slot in time: nothing was sent. Hand it back as a retry
+		// (the claim counted an attempt), or expire it at its deadline.
+		next := w.clock.Now().Add(w.topo.RetryTiers[0])
+		it.out.AttemptOutcome, it.out.Error, it.code = "retryable", "not sent: no rate-limit slot in time", "slot_missed"
+		if !next.Before(it.row.Deadline) {
+			it.out.State, it.out.Reason = reminder.Expired, "rate_limited: no capacity before the deadline"
+			return
+		}
+		it.out.State, it.out.NextAttemptAt = reminder.Retrying, &next
+		it.out.Reason = "rate_limited: send slot missed; retrying"
+		return
 	}
 	start := w.clock.Now()
 	if !start.Before(it.row.Deadline) {
@@ -694,21 +704,30 @@ func (w *Worker) send(ctx context.Context, it *item) {
 // time: a send that could not start by then (a slow claim, a stalled process)
 // would reach the provider in a later window than the limiter allowed for,
 // bunched with that window's own sends, so it reserves a new slot instead and
-// waits for that one. It returns when the send may start, when ctx ends, or
-// when the reminder's deadline passes (send then expires it).
-func (w *Worker) awaitSlot(ctx context.Context, it *item) {
+// waits for that one, but not for longer than maxSlotWait: the attempt is
+// claimed, and its send lease must not run out while it waits. It returns
+// true when the send may start (or ctx ended, or the deadline passed: send
+// then stops or expires it), false when it gave up waiting.
+func (w *Worker) awaitSlot(ctx context.Context, it *item) bool {
 	ch := string(w.cfg.Channel)
 	over := func(now time.Time) bool { return ctx.Err() != nil || !now.Before(it.row.Deadline) }
+	giveUp := time.Time{}
 	for {
 		sleep(ctx, it.sendAt.Sub(w.clock.Now()))
 		now := w.clock.Now()
 		if over(now) || now.Sub(it.sendAt) <= ratelimit.SendJitter {
-			return
+			return true
 		}
 		w.m.RateLimitDeferral(ch, "slot_missed")
 		w.counts.slotsMissed.Add(1)
+		if giveUp.IsZero() {
+			giveUp = now.Add(w.maxSlotWait())
+		}
 		for {
 			g, err := w.fleet.Acquire(ctx, now, ch, it.row.Tenant, 1, 0)
+			if err == nil && g.Unlimited {
+				return true // the limits were reloaded without this channel
+			}
 			if err == nil && len(g.Slots) == 1 {
 				it.sendAt = g.Slots[0]
 				break
@@ -719,12 +738,22 @@ func (w *Worker) awaitSlot(ctx context.Context, it *item) {
 			} else {
 				wait = g.NextAt.Sub(now)
 			}
+			if now.Add(wait).After(giveUp) {
+				return false
+			}
 			sleep(ctx, wait)
 			if now = w.clock.Now(); over(now) {
-				return
+				return true
 			}
 		}
 	}
+}
+
+// maxSlotWait bounds how long a claimed attempt waits for a new slot after
+// missing its own: well inside the send lease, so the reconciler never takes
+// over an attempt that is still about to be sent.
+func (w *Worker) maxSlotWait() time.Duration {
+	return min(5*time.Second, w.cfg.SendLease/4)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
