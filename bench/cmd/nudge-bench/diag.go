@@ -125,7 +125,7 @@ func diagnose(ctx context.Context, e *env, n, k int) error {
 
 	sctx, stop := context.WithCancel(ctx)
 	result := sampleActivity(sctx, e)
-	res, err := nudgeE2E(ctx, e, n, k, "")
+	res, err := nudgeE2E(ctx, e, n, k, "", false)
 	stop()
 	counts := result()
 	if err != nil {

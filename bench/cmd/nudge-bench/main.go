@@ -139,6 +139,7 @@ type results struct {
 	raw      []rawResult
 	disp     []dispatchResult
 	e2e      map[int][]e2eResult
+	sink     []e2eResult // the headline worker count, in-process sink instead of the fake SMS provider
 	river    map[int][]riverResult
 	latency  []latencyResult
 	procs    []procResult
@@ -239,13 +240,21 @@ func run(ctx context.Context, o options) error {
 				if i == 0 && k == o.profileWorkers && o.prof != "" {
 					prof, r.profiled = o.prof, o.prof
 				}
-				er, err := nudgeE2E(ctx, e, o.nFor(k), k, prof)
+				er, err := nudgeE2E(ctx, e, o.nFor(k), k, prof, false)
 				if err != nil {
 					return fmt.Errorf("nudge e2e, %d workers: %w", k, err)
 				}
 				fmt.Printf("  nudge e2e, %d workers, n=%d: %.0f reminders/s (%s, %d delivered, p99 claim-to-terminal %.0f ms)\n",
 					k, o.nFor(k), er.Rate, er.Elapsed.Round(time.Millisecond), er.Delivered, er.P99)
 				r.e2e[k] = append(r.e2e[k], er)
+				if k == o.headline {
+					sr, err := nudgeE2E(ctx, e, o.nFor(k), k, "", true)
+					if err != nil {
+						return fmt.Errorf("nudge e2e with an in-process sink, %d workers: %w", k, err)
+					}
+					fmt.Printf("  nudge e2e, %d workers, in-process sink, n=%d: %.0f reminders/s\n", k, o.nFor(k), sr.Rate)
+					r.sink = append(r.sink, sr)
+				}
 				lap("e2e")
 				vr, err := riverRun(ctx, e, o.nFor(k), k)
 				if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -180,10 +182,18 @@ func fakeSMS() (*sms.Client, func(), error) {
 	return sender, sink.Close, nil
 }
 
+// sinkSender is the in-process provider the issue allows "for the ceiling":
+// it accepts at once, with no HTTP hop, like River's no-op worker.
+type sinkSender struct{}
+
+func (sinkSender) Send(_ context.Context, msg provider.Message) (string, error) {
+	return "sink-" + strconv.FormatInt(msg.ReminderID, 10), nil
+}
+
 // startWorkers runs k SMS workers in this process (default configuration,
 // each with its own PostgreSQL pool and broker connections) and returns once
 // every one consumes; stop drains and closes them.
-func (s *nudgeSetup) startWorkers(ctx context.Context, e *env, keys *message.Keyring, sender *sms.Client, k int, m *metrics.Metrics) (stop func(), err error) {
+func (s *nudgeSetup) startWorkers(ctx context.Context, e *env, keys *message.Keyring, sender provider.Sender, k int, m *metrics.Metrics) (stop func(), err error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	var workers []*worker.Worker
@@ -265,7 +275,10 @@ func dispatchUntilDone(ctx context.Context, d *dispatch.Dispatcher) ([]string, e
 // nudgeE2E runs k in-process SMS workers against an instant fake SMS
 // provider and one dispatcher pass over n due reminders, and measures from
 // the first claim to the last terminal state (both from the event trail).
-func nudgeE2E(ctx context.Context, e *env, n, k int, profile string) (e2eResult, error) {
+// nudgeE2E runs n reminders through one dispatcher pass and k workers,
+// sending to the fake SMS provider over HTTP, or with sink to an in-process
+// sink (no HTTP hop: the like-for-like comparison with River's no-op jobs).
+func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool) (e2eResult, error) {
 	var res e2eResult
 	s, err := setupNudge(ctx, e, n, nil)
 	if err != nil {
@@ -276,11 +289,15 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string) (e2eResult,
 	if err != nil {
 		return res, err
 	}
-	sender, closeSink, err := fakeSMS()
-	if err != nil {
-		return res, err
+	var sender provider.Sender = sinkSender{}
+	if !sink {
+		client, closeSink, err := fakeSMS()
+		if err != nil {
+			return res, err
+		}
+		defer closeSink()
+		sender = client
 	}
-	defer closeSink()
 	stopWorkers, err := s.startWorkers(ctx, e, keys, sender, k, nil)
 	if err != nil {
 		return res, err

@@ -122,6 +122,12 @@ func report(o options, m machine, r results) error {
 			}
 			p("| Nudge e2e / River, %d worker(s)%s, N=%s ≥ 1.0 | %.2f (%.0f / %.0f) | %s |\n", k, target, rowsLabel(o.nFor(k)),
 				rt, nudgeS[i].Median, riverS[i].Median, yes(rt >= 1.0))
+			if k == o.headline && len(r.sink) > 0 {
+				ss := pick(r.sink, func(x e2eResult) float64 { return x.Rate })
+				rs := ratio(ss.Median, riverS[i].Median)
+				p("| same, Nudge sending to an in-process sink (no HTTP hop, as River's no-op jobs) | %.2f (%.0f [%.0f–%.0f] / %.0f) | %s |\n",
+					rs, ss.Median, ss.Min, ss.Max, riverS[i].Median, yes(rs >= 1.0))
+			}
 		}
 	} else {
 		p("| Nudge e2e / River ≥ 1.0 | %s | – |\n", notRun)
