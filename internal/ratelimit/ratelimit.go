@@ -149,7 +149,7 @@ const (
 	// Active is how long a flow keeps its share of the account after the
 	// turn of its last waiting message: a deferred message comes back at its
 	// turn or a little after (a busy queue). Meanwhile the share is unused.
-	Active = 500 * time.Millisecond
+	Active = 250 * time.Millisecond
 	// Bank is how much of its share a flow may save up, so that a flow whose
 	// messages come back in bunches does not lose its share in between.
 	Bank = 500 * time.Millisecond
