@@ -78,7 +78,9 @@ DECLARE
 BEGIN
     -- Limiter state is soft: losing the last commits in a PostgreSQL crash
     -- re-grants at most a few slots, so the commit need not wait for the WAL
-    -- flush (about 70 us here, most of a call).
+    -- flush (about 70 us here, most of a call). SET LOCAL lasts to the end
+    -- of the transaction: call this in one of its own (ratelimit.Limiter
+    -- does, through the pool), never inside one that records reminders.
     SET LOCAL synchronous_commit = off;
     slots := '{}';
     -- The account row serializes every reservation on the account.
