@@ -129,12 +129,17 @@ func (s *Store) Reclaim(ctx context.Context, now time.Time, overdue time.Duratio
 // the messages that overtook that record) wait for each other instead of
 // deadlocking, which would cost one of them deadlock_timeout and a retry.
 func split(fs []Fenced) (ids, fences []int64) {
-	sorted := slices.SortedFunc(slices.Values(fs), func(a, b Fenced) int { return cmp.Compare(a.ID, b.ID) })
 	ids, fences = make([]int64, len(fs)), make([]int64, len(fs))
-	for i, f := range sorted {
+	for i, f := range byID(fs, func(f Fenced) int64 { return f.ID }) {
 		ids[i], fences[i] = f.ID, f.Fence
 	}
 	return ids, fences
+}
+
+// byID returns a copy of xs in id order. Every batched statement is handed
+// its rows in this order (see split).
+func byID[T any](xs []T, id func(T) int64) []T {
+	return slices.SortedFunc(slices.Values(xs), func(a, b T) int { return cmp.Compare(id(a), id(b)) })
 }
 
 func (s *Store) ids(ctx context.Context, op, name string, args pgx.NamedArgs) (map[int64]bool, error) {
@@ -217,10 +222,8 @@ func (s *Store) Defer(ctx context.Context, now time.Time, fs []Fenced, untils []
 	for i := range fs {
 		rows[i] = row{fs[i], untils[i]}
 	}
-	// In id order, as split gives every other batch.
-	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.f.ID, b.f.ID) })
 	ids, fences, sorted := make([]int64, len(rows)), make([]int64, len(rows)), make([]time.Time, len(rows))
-	for i, r := range rows {
+	for i, r := range byID(rows, func(r row) int64 { return r.f.ID }) {
 		ids[i], fences[i], sorted[i] = r.f.ID, r.f.Fence, r.until
 	}
 	return s.ids(ctx, "deferring reminders", "Defer", pgx.NamedArgs{
@@ -253,6 +256,21 @@ type Delivery struct {
 	Attempts       int
 }
 
+// scanDelivery scans a Delivery from the columns LoadForDelivery and
+// ClaimForDelivery both start with, then the extra columns into extra.
+func scanDelivery(r pgx.Row, d *Delivery, extra ...any) error {
+	var data []byte
+	dest := append([]any{&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
+		&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, &d.Data); err != nil {
+		return fmt.Errorf("reminder %d data: %w", d.ID, err)
+	}
+	return nil
+}
+
 // LoadForDelivery reads the current rows of the given reminders.
 func (s *Store) LoadForDelivery(ctx context.Context, ids []int64) (map[int64]Delivery, error) {
 	rows, err := s.pool.Query(ctx, query("LoadForDelivery"), pgx.NamedArgs{"ids": ids})
@@ -261,13 +279,7 @@ func (s *Store) LoadForDelivery(ctx context.Context, ids []int64) (map[int64]Del
 	}
 	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
-		var data []byte
-		err := r.Scan(&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
-			&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts)
-		if err == nil {
-			err = json.Unmarshal(data, &d.Data)
-		}
-		return d, err
+		return d, scanDelivery(r, &d)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading reminders for delivery: %w", err)
@@ -315,14 +327,9 @@ func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, fs []Fenced
 	claimed := make(map[int64]Attempt, len(fs))
 	for rows.Next() {
 		var d Delivery
-		var data []byte
 		var fence, number, attemptID *int64
-		if err := rows.Scan(&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
-			&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts, &fence, &number, &attemptID); err != nil {
+		if err := scanDelivery(rows, &d, &fence, &number, &attemptID); err != nil {
 			return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
-		}
-		if err := json.Unmarshal(data, &d.Data); err != nil {
-			return nil, nil, fmt.Errorf("claiming reminders for delivery: reminder %d data: %w", d.ID, err)
 		}
 		out[d.ID] = d
 		if attemptID != nil {
@@ -372,8 +379,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, now time.Time, os []Outcome,
 			make([]string, n), make([]string, n)
 		next = make([]*time.Time, n)
 	)
-	// in id order, as split gives every other batch
-	os = slices.SortedFunc(slices.Values(os), func(a, b Outcome) int { return cmp.Compare(a.ReminderID, b.ReminderID) })
+	os = byID(os, func(o Outcome) int64 { return o.ReminderID })
 	for i, o := range os {
 		ids[i], fences[i], attemptIDs[i] = o.ReminderID, o.Fence, o.AttemptID
 		states[i], outcomes[i], errs[i], reasons[i], provIDs[i] = string(o.State), o.AttemptOutcome, o.Error, o.Reason, o.ProviderID

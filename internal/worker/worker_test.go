@@ -536,18 +536,13 @@ func mustSMS(t *testing.T, b *bundle) provider.Sender {
 	return c
 }
 
-// Inventory: the same message is delivered twice (a publisher retry, a
-// broker redelivery). One claim, one send.
-func TestDuplicateDeliveryOfOneMessageSendsOnce(t *testing.T) {
-	t.Parallel()
-	b := setup(t, worker.Config{})
-	b.stop(t)
-	id := b.schedule(t, "k", time.Hour)
-	b.dispatch(t)
-	// Copy the queued message, so the queue holds it twice.
+// getQueued takes the SMS queue's first message without acking it; the
+// caller settles it.
+func (b bundle) getQueued(t *testing.T) amqp.Delivery {
+	t.Helper()
 	conn, err := broker.Dial(b.mq.URL, "copier")
 	require.NoError(t, err)
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	var d amqp.Delivery
@@ -557,6 +552,19 @@ func TestDuplicateDeliveryOfOneMessageSendsOnce(t *testing.T) {
 		require.NoError(t, err)
 		return ok
 	}, 5*time.Second, 10*time.Millisecond)
+	return d
+}
+
+// Inventory: the same message is delivered twice (a publisher retry, a
+// broker redelivery). One claim, one send.
+func TestDuplicateDeliveryOfOneMessageSendsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	// Copy the queued message, so the queue holds it twice.
+	d := b.getQueued(t)
 	b.publishRaw(t, d.MessageId, d.Body, d.Headers)
 	require.NoError(t, d.Nack(false, true))
 
@@ -572,6 +580,33 @@ func TestDuplicateDeliveryOfOneMessageSendsOnce(t *testing.T) {
 	var attempts int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE reminder_id = $1`, id).Scan(&attempts))
 	require.Equal(t, 1, attempts)
+}
+
+// Two copies of one message in the same batch (a publisher retry published
+// it twice): the one statement that reads and claims the batch claims once,
+// and only one copy is sent.
+func TestTwoCopiesInOneBatchSendOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	d := b.getQueued(t)
+	// Two first deliveries of the same message replace the original.
+	b.publishRaw(t, d.MessageId, d.Body, d.Headers)
+	b.publishRaw(t, d.MessageId, d.Body, d.Headers)
+	require.NoError(t, d.Ack(false))
+
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS, BatchWait: 500 * time.Millisecond},
+		worker.Deps{AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st, Sender: mustSMS(t, b), Keys: b.keys,
+			Clock: b.clock, Log: b.log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w2.Run(ctx) }()
+	b.waitState(t, id, reminder.Delivered)
+	require.Eventually(t, func() bool { return w2.Counts().Duplicates == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Len(t, b.sms.Attempts(), 1)
 }
 
 // Inventory: the clock passes the deadline while the message waits in the
