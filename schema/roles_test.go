@@ -94,22 +94,20 @@ func (b *rolesBundle) schedule(t *testing.T, tenant, key string, deadline time.T
 	return res.ID
 }
 
-// enqueue claims every due reminder and records it enqueued, as the
-// superuser, and returns the fences by id.
+// enqueue claims every due reminder and records its publish confirmed, as
+// the superuser, and returns the fences by id.
 func (b *rolesBundle) enqueue(t *testing.T) map[int64]store.Fenced {
 	t.Helper()
 	ctx := context.Background()
 	claimed, err := b.su.ClaimDue(ctx, b.now, b.now, 100, time.Minute, "seed")
 	require.NoError(t, err)
 	out := map[int64]store.Fenced{}
-	var fs []store.Fenced
+	batches := map[int64]int{}
 	for _, c := range claimed {
 		out[c.ID] = store.Fenced{ID: c.ID, Fence: c.Fence}
-		fs = append(fs, out[c.ID])
+		batches[c.Batch]++
 	}
-	moved, err := b.su.MarkEnqueued(ctx, b.now, fs, "seed")
-	require.NoError(t, err)
-	require.Len(t, moved, len(fs))
+	require.NoError(t, b.su.ConfirmPublished(ctx, b.now, batches, "seed"))
 	return out
 }
 
@@ -203,9 +201,7 @@ func TestDispatcherRoleRunsItsStatementsOnly(t *testing.T) {
 	for _, cl := range claimed {
 		fences[cl.ID] = store.Fenced{ID: cl.ID, Fence: cl.Fence}
 	}
-	moved, err := st.MarkEnqueued(ctx, b.now, []store.Fenced{fences[a]}, login)
-	require.NoError(t, err)
-	require.True(t, moved[a])
+	require.NoError(t, st.ConfirmPublished(ctx, b.now, map[int64]int{claimed[0].Batch: 2}, login))
 	released, err := st.Release(ctx, b.now, []store.Fenced{fences[c]}, login, "publish not confirmed")
 	require.NoError(t, err)
 	require.True(t, released[c])
@@ -302,24 +298,22 @@ func TestReconcilerRoleRunsItsStatementsOnly(t *testing.T) {
 	n, err := st.ExpireOverdue(ctx, later, 100, login)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	n, err = st.ReleaseExpiredLeases(ctx, later, 100, login)
+	released, cleared, err := st.ResolveExpiredLeases(ctx, later, 100, login)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, [2]int{1, 1}, [2]int{released, cleared}, "the orphan returns to pending; stuck was confirmed")
+	require.Equal(t, reminder.Pending, b.state(t, orphan))
 	reclaimed, err := st.Reclaim(ctx, later, 10*time.Minute, 100, time.Minute, login)
 	require.NoError(t, err)
 	require.Len(t, reclaimed, 1)
 	require.Equal(t, stuck, reclaimed[0].ID)
-	fenced := store.Fenced{ID: stuck, Fence: reclaimed[0].Fence}
-	moved, err := st.MarkEnqueued(ctx, later, []store.Fenced{fenced}, login)
-	require.NoError(t, err)
-	require.True(t, moved[stuck])
+	require.NoError(t, st.ConfirmPublished(ctx, later, map[int64]int{reclaimed[0].Batch: 1}, login))
 	// Release, the other half of republishing, on a lease it took again.
 	reclaimed, err = st.Reclaim(ctx, later.Add(11*time.Minute), 10*time.Minute, 100, time.Minute, login)
 	require.NoError(t, err)
 	require.Len(t, reclaimed, 1)
-	released, err := st.Release(ctx, later, []store.Fenced{{ID: stuck, Fence: reclaimed[0].Fence}}, login, "publish not confirmed")
+	releasedIDs, err := st.Release(ctx, later, []store.Fenced{{ID: stuck, Fence: reclaimed[0].Fence}}, login, "publish not confirmed")
 	require.NoError(t, err)
-	require.True(t, released[stuck])
+	require.True(t, releasedIDs[stuck])
 
 	require.Equal(t, reminder.Expired, b.state(t, overdue))
 	require.Equal(t, reminder.Pending, b.state(t, orphan))

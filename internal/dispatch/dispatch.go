@@ -1,11 +1,14 @@
 // Package dispatch turns due intent into queued work. A run takes one cutoff
 // (the time it started) and claims only rows due before it, in bounded
-// batches, each under a lease with a new fencing token; it publishes each
-// reminder's ID with publisher confirms and records enqueued only for what the
-// broker confirmed and routed. Whatever was not confirmed goes back to pending
-// at once; whatever a killed run leaves leased returns to pending when its
-// lease expires. A run is therefore safe to repeat, to run twice at once, and
-// to kill at any point.
+// batches; a claim moves its rows to enqueued under a new fencing token, a
+// dispatch lease and one batch number. It publishes each reminder's ID with
+// publisher confirms and records one confirmation per batch for what the
+// broker confirmed and routed: a row per batch rather than a rewrite of every
+// reminder, which is what makes the claim-publish-record loop cheap. Whatever
+// was not confirmed goes back to pending at once; the rows of a killed run
+// whose confirmation was never recorded return to pending when their lease
+// expires (the reconciler looks for the batch's confirmation). A run is
+// therefore safe to repeat, to run twice at once, and to kill at any point.
 package dispatch
 
 import (
@@ -33,7 +36,7 @@ type Publisher interface {
 	PublishBatch(ctx context.Context, msgs []broker.Outgoing) ([]error, error)
 }
 
-// Enqueuer publishes leased reminders and records the outcome. The
+// Enqueuer publishes claimed reminders and records the outcome. The
 // dispatcher and the reconciler share it.
 type Enqueuer struct {
 	Store     *store.Store
@@ -49,30 +52,29 @@ type Enqueuer struct {
 
 // EnqueueResult counts what Enqueue did.
 type EnqueueResult struct {
+	// Enqueued were confirmed by the broker.
 	Enqueued int
 	// Released were not confirmed and went back to pending.
 	Released int
-	// Lost were confirmed but the lease had moved on (a slower run's lease
-	// was taken over); the row's new holder owns it.
-	Lost int
 }
 
-// Enqueue publishes every leased reminder of claimed (others are skipped)
-// and moves the confirmed ones to enqueued, the rest back to pending.
+// Enqueue publishes every enqueued reminder of claimed (others, such as those
+// the claim expired, are skipped), records one publish confirmation for each
+// batch with confirmed messages, and returns the rest to pending.
 func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (EnqueueResult, error) {
 	var res EnqueueResult
-	var leased []store.Claimed
+	var toPublish []store.Claimed
 	for _, c := range claimed {
-		if c.State == reminder.Leased {
-			leased = append(leased, c)
+		if c.State == reminder.Enqueued {
+			toPublish = append(toPublish, c)
 		}
 	}
-	if len(leased) == 0 {
+	if len(toPublish) == 0 {
 		return res, nil
 	}
 	now := e.Clock.Now()
-	msgs := make([]broker.Outgoing, len(leased))
-	for i, c := range leased {
+	msgs := make([]broker.Outgoing, len(toPublish))
+	for i, c := range toPublish {
 		body, headers, err := e.Keys.Seal(message.Envelope{
 			ReminderID: c.ID, Fence: c.Fence, IdempotencyKey: c.IdempotencyKey, Channel: string(c.Channel),
 			Tenant: c.Tenant, Deadline: c.Deadline, Attempt: c.Attempts, FirstSeen: now,
@@ -94,12 +96,16 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 	}
 	results, pubErr := e.Publisher.PublishBatch(ctx, msgs)
 	faults.Inject(faults.DispatcherAfterPublish)
-	var ok, failed []store.Fenced
+	var failed []store.Fenced
+	confirmed := map[int64]int{} // batch → confirmed messages
 	var firstErr error
-	for i, c := range leased {
+	for i, c := range toPublish {
 		f := store.Fenced{ID: c.ID, Fence: c.Fence}
 		if pubErr == nil && results[i] == nil {
-			ok = append(ok, f)
+			res.Enqueued++
+			if c.Batch != 0 {
+				confirmed[c.Batch]++
+			}
 			continue
 		}
 		failed = append(failed, f)
@@ -114,19 +120,16 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 	// holds these messages, and the lease would otherwise have to expire.
 	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if len(ok) > 0 {
+	if len(confirmed) > 0 {
 		at := e.Clock.Now()
-		moved, err := e.Store.MarkEnqueued(recCtx, at, ok, e.Actor)
-		if err != nil {
-			return res, err
+		if err := e.Store.ConfirmPublished(recCtx, at, confirmed, e.Actor); err != nil {
+			return EnqueueResult{}, err
 		}
-		for _, c := range leased {
-			if moved[c.ID] {
+		for i, c := range toPublish {
+			if pubErr == nil && results[i] == nil {
 				e.Metrics.HopBetween(metrics.HopClaimToEnqueue, string(c.Channel), c.ClaimedAt, at)
 			}
 		}
-		res.Enqueued = len(moved)
-		res.Lost = len(ok) - len(moved)
 	}
 	if len(failed) > 0 {
 		reason := fmt.Sprintf("publish not confirmed: %v", firstErr)
@@ -137,7 +140,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 		res.Released = len(released)
 	}
 	if pubErr != nil {
-		return res, fmt.Errorf("publishing %d reminders: %w", len(leased), pubErr)
+		return res, fmt.Errorf("publishing %d reminders: %w", len(toPublish), pubErr)
 	}
 	return res, nil
 }
@@ -186,7 +189,6 @@ type Summary struct {
 	Enqueued int
 	Expired  int
 	Released int
-	Lost     int
 	Elapsed  time.Duration
 	// OutOfBudget is set when the run stopped because its budget was near,
 	// with due work possibly left for the next run.
@@ -212,7 +214,6 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		running = nil
 		sum.Enqueued += r.res.Enqueued
 		sum.Released += r.res.Released
-		sum.Lost += r.res.Lost
 		return r.err
 	}
 	for {
@@ -252,7 +253,6 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			res, err2 := d.Enqueue(ctx, claimed)
 			sum.Enqueued += res.Enqueued
 			sum.Released += res.Released
-			sum.Lost += res.Lost
 			sum.Elapsed = d.Clock.Now().Sub(start)
 			return sum, errors.Join(err, err2)
 		}
@@ -303,6 +303,6 @@ func (d *Dispatcher) LogSummary(sum Summary, err error) {
 	}
 	ev.Time("cutoff", sum.Cutoff).Int("batches", sum.Batches).Int("claimed", sum.Claimed).
 		Int("enqueued", sum.Enqueued).Int("expired", sum.Expired).Int("released", sum.Released).
-		Int("lost_lease", sum.Lost).Dur("elapsed", sum.Elapsed).Bool("out_of_budget", sum.OutOfBudget).
+		Dur("elapsed", sum.Elapsed).Bool("out_of_budget", sum.OutOfBudget).
 		Msg("dispatch run")
 }

@@ -72,6 +72,15 @@ func (b bundle) states(t *testing.T) map[reminder.State]int {
 	return out
 }
 
+// confirmed returns the publish confirmations recorded: how many batches,
+// and how many messages in all.
+func (b bundle) confirmed(t *testing.T) (batches, messages int) {
+	t.Helper()
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT count(*), coalesce(sum(confirmed), 0) FROM publish_confirms`).Scan(&batches, &messages))
+	return batches, messages
+}
+
 func TestPublishesSignedPersistentMessagesAndRecordsEnqueued(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -80,6 +89,8 @@ func TestPublishesSignedPersistentMessagesAndRecordsEnqueued(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, sum.Enqueued)
 	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 3}, b.states(t))
+	batches, messages := b.confirmed(t)
+	require.Equal(t, [2]int{1, 3}, [2]int{batches, messages}, "one confirmation for the batch of three")
 
 	conn, err := broker.Dial(b.mq.URL, "reader")
 	require.NoError(t, err)
@@ -119,13 +130,15 @@ func TestUnroutablePublishIsReleasedNotEnqueued(t *testing.T) {
 	require.Equal(t, 2, sum.Enqueued)
 	require.Equal(t, 2, sum.Released)
 	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 2, reminder.Pending: 2}, b.states(t))
+	batches, messages := b.confirmed(t)
+	require.Equal(t, [2]int{1, 2}, [2]int{batches, messages}, "only the routed messages are confirmed")
 	r, err := intake.GetByKey(context.Background(), b.db.Pool, "acme", "email-0")
 	require.NoError(t, err)
 	require.Contains(t, r.LastError, "unroutable")
 	require.Equal(t, int64(2), r.Fence, "released under a new fence")
 }
 
-func TestBrokerDownLeavesNothingLeased(t *testing.T) {
+func TestBrokerDownLeavesNothingEnqueued(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.schedule(t, 5, reminder.Email)
@@ -134,6 +147,8 @@ func TestBrokerDownLeavesNothingLeased(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, map[reminder.State]int{reminder.Pending: 5}, b.states(t),
 		"claims whose publish could not happen go straight back to pending")
+	batches, _ := b.confirmed(t)
+	require.Zero(t, batches)
 }
 
 // tickingClock advances by step on every reading, so a run's own work

@@ -35,7 +35,7 @@ func Report(db ops.Querier, actor, pushgateway string, reg prometheus.Gatherer, 
 		}
 		if err := metrics.PushDispatchRun(ctx, pushgateway, metrics.DispatchRun{Cutoff: sum.Cutoff, Finished: finished,
 			Elapsed: sum.Elapsed, Batches: sum.Batches, Claimed: sum.Claimed, Enqueued: sum.Enqueued, Expired: sum.Expired,
-			Released: sum.Released, Lost: sum.Lost, OutOfBudget: sum.OutOfBudget, Err: runErr}, reg); err != nil {
+			Released: sum.Released, OutOfBudget: sum.OutOfBudget, Err: runErr}, reg); err != nil {
 			log.Warn().Err(err).Msg("pushing the run's metrics")
 		}
 	}

@@ -253,17 +253,21 @@ func TestFaultWorkerKilledBeforeAck(t *testing.T) {
 	require.Contains(t, w.Output(), `"duplicates":3`)
 }
 
-// Inventory: the dispatcher is killed between publishing and recording
-// enqueued, and its lease expires before any worker runs: the reconciler
-// returns the row to pending, the next run publishes it under a new fence,
-// and the orphaned message is discarded as superseded.
+// Inventory: the dispatcher is killed between publishing and recording the
+// broker's confirmation, and its lease expires before any worker runs: the
+// reconciler finds no confirmation for the batch and returns the rows to
+// pending, the next run publishes them under a new fence, and the orphaned
+// messages are discarded as superseded.
 func TestFaultDispatcherKilledAfterPublish(t *testing.T) {
 	t.Parallel()
 	f := newProcFleet(t, false)
 	ids := f.schedule(t, reminder.SMS, 5)
 	f.crash(t, faults.DispatcherAfterPublish, "dispatcher", "--lease", "1s")
-	require.Equal(t, reminder.Leased, f.get(t, ids[0]).State)
+	require.Equal(t, reminder.Enqueued, f.get(t, ids[0]).State)
 	require.Equal(t, 5, f.queueDepth(t, "sms"), "the broker holds the published messages")
+	var confirms int
+	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM publish_confirms`).Scan(&confirms))
+	require.Zero(t, confirms, "the dispatcher died before recording the confirmation")
 
 	time.Sleep(1100 * time.Millisecond) // the dispatcher's lease expires
 	f.runOK(t, "reconciler", "--once")
@@ -291,10 +295,14 @@ func TestFaultTwoDispatchersAtOnce(t *testing.T) {
 		require.Equal(t, 0, code, p.Output())
 	}
 	require.Equal(t, 3000, f.queueDepth(t, "sms"), "every reminder published exactly once")
-	var claimedTwice, notEnqueued int
-	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT reminder_id FROM reminder_events
-		WHERE to_state = 'leased' GROUP BY 1 HAVING count(*) > 1) x`).Scan(&claimedTwice))
+	var claims, claimedTwice, notEnqueued, confirmed int
+	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*), count(*) - count(DISTINCT reminder_id)
+		FROM reminder_events WHERE reason = 'claimed for dispatch'`).Scan(&claims, &claimedTwice))
+	require.Equal(t, 3000, claims)
 	require.Zero(t, claimedTwice)
+	require.NoError(t, f.db.Pool.QueryRow(context.Background(),
+		`SELECT coalesce(sum(confirmed), 0) FROM publish_confirms`).Scan(&confirmed))
+	require.Equal(t, 3000, confirmed, "every publish confirmation recorded, once")
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM reminders WHERE state <> 'enqueued'`).Scan(&notEnqueued))
 	require.Zero(t, notEnqueued)

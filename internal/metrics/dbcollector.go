@@ -32,7 +32,7 @@ SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= 
        (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
        (SELECT min(deadline) FROM reminders
          WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
-       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'sending') AND lease_until <= @now),
+       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now),
        (SELECT cutoff FROM dispatch_runs WHERE error IS NULL AND NOT out_of_budget
          ORDER BY finished_at DESC LIMIT 1),
        (SELECT coalesce(jsonb_object_agg(channel || '/' || state, n), '{}'::jsonb)

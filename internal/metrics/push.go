@@ -22,7 +22,6 @@ type DispatchRun struct {
 	Enqueued int
 	Expired  int
 	Released int
-	Lost     int
 	// OutOfBudget: the run stopped at its budget with due work possibly left.
 	OutOfBudget bool
 	// Err is the run's error, nil when it succeeded.
@@ -36,7 +35,7 @@ type DispatchRun struct {
 //	nudge_dispatch_last_success_timestamp_seconds  when the last successful run finished
 //	nudge_dispatch_cutoff_timestamp_seconds        the run's cutoff
 //	nudge_dispatch_run_duration_seconds            how long it took
-//	nudge_dispatch_run_reminders{result}           claimed, enqueued, expired, released, lost
+//	nudge_dispatch_run_reminders{result}           claimed, enqueued, expired, released
 //	nudge_dispatch_run_batches                     claim statements
 //	nudge_dispatch_run_out_of_budget               1 if it stopped at its budget
 //	nudge_dispatch_run_success                     1 if it succeeded
@@ -74,10 +73,10 @@ func PushDispatchRun(ctx context.Context, addr string, run DispatchRun, extra pr
 	gauge("nudge_dispatch_run_success", "1 if the last dispatcher run succeeded.", b2f(run.Err == nil))
 	rem := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nudge_dispatch_run_reminders",
-		Help: "Reminders of the last dispatcher run, by result (claimed, enqueued, expired, released, lost).",
+		Help: "Reminders of the last dispatcher run, by result (claimed, enqueued, expired, released).",
 	}, []string{"result"})
 	for result, n := range map[string]int{"claimed": run.Claimed, "enqueued": run.Enqueued, "expired": run.Expired,
-		"released": run.Released, "lost": run.Lost} {
+		"released": run.Released} {
 		rem.WithLabelValues(result).Set(float64(n))
 	}
 	reg.MustRegister(rem)

@@ -121,14 +121,14 @@ SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), s
 -- The newest intent (the primary key's end), then the oldest waiting work,
 -- each from its own small partial index: pending and due, enqueued (waiting
 -- for a worker), retrying past its next attempt, open past its deadline and
--- not yet expired, and leased past its lease.
+-- not yet expired, and past a lease (dispatch or send) not yet resolved.
 SELECT (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1),
        (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
        (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
        (SELECT min(next_attempt_at) FROM reminders WHERE state = 'retrying' AND next_attempt_at <= @now),
        (SELECT min(deadline) FROM reminders
          WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
-       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'sending') AND lease_until <= @now);
+       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now);
 
 -- name: StatsWindows
 -- Deadline misses (reminders that expired, not counting an operator's expiry

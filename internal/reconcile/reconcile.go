@@ -80,8 +80,13 @@ func (r *Reconciler) Ready(every time.Duration) func() bool {
 
 // Summary counts what one pass repaired.
 type Summary struct {
-	Expired     int
-	Released    int
+	Expired int
+	// Released were enqueued (or leased) under a dispatch lease that ran out
+	// with no publish confirmation recorded: back to pending.
+	Released int
+	// InQueue were enqueued under a dispatch lease that ran out after their
+	// publish was confirmed: their lease was cleared, they wait in the queue.
+	InQueue     int
 	Republished int
 	// Quarantined were republished store.MaxRepublishes times without any
 	// outcome: their message crashes whatever consumes it.
@@ -110,12 +115,13 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 		}
 	}
 	for range maxRounds {
-		n, err := r.Store.ReleaseExpiredLeases(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
-		sum.Released += n
+		released, cleared, err := r.Store.ResolveExpiredLeases(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
+		sum.Released += released
+		sum.InQueue += cleared
 		if err != nil {
 			return sum, err
 		}
-		if n < cfg.Batch {
+		if released+cleared < cfg.Batch {
 			break
 		}
 	}
@@ -175,7 +181,7 @@ func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 func (r *Reconciler) logClean(cs retention.Summary, err error) {
 	for kind, n := range map[string]int64{"payloads": cs.Purged, "attempts": cs.AttemptsDeleted,
 		"reminders": cs.RemindersDeleted, "events": cs.EventsDeleted, "audit": cs.AuditDeleted,
-		"dispatch_runs": cs.RunsDeleted} {
+		"dispatch_runs": cs.RunsDeleted, "publish_confirms": cs.ConfirmsDeleted} {
 		r.Metrics.Retention(kind, n)
 	}
 	ev := r.Log.Info()
@@ -193,7 +199,7 @@ func (r *Reconciler) LogSummary(sum Summary, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		ev = r.Log.Error().Err(err)
 	}
-	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("republished", sum.Republished).
+	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("in_queue", sum.InQueue).Int("republished", sum.Republished).
 		Int("quarantined", sum.Quarantined).
 		Dur("elapsed", sum.Elapsed).Msg("reconcile pass")
 }

@@ -150,21 +150,36 @@ func TestReleasesDeadLeasesAndExpiresLateWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	// A dispatcher claims one batch, publishes it, records the broker's
+	// confirmation and moves on.
+	queued := b.schedule(t, "queued", time.Hour)
+	first, err := b.st.ClaimDue(ctx, b.clock.Now(), b.clock.Now(), 100, 20*time.Second, "dispatcher")
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.NoError(t, b.st.ConfirmPublished(ctx, b.clock.Now(), map[int64]int{first[0].Batch: 1}, "dispatcher"))
+	// Another claims two more and dies before publishing.
 	held := b.schedule(t, "held", time.Hour)
 	late := b.schedule(t, "late", 30*time.Second)
-	// A dispatcher claims both and dies before publishing.
-	_, err := b.st.ClaimDue(ctx, b.clock.Now(), b.clock.Now(), 100, 20*time.Second, "dead-dispatcher")
+	_, err = b.st.ClaimDue(ctx, b.clock.Now(), b.clock.Now(), 100, 20*time.Second, "dead-dispatcher")
 	require.NoError(t, err)
 
-	b.clock.Advance(time.Minute)
+	// Past the leases (20 s) and late's deadline (30 s), within the overdue
+	// window (1 minute) of the queued message.
+	b.clock.Advance(40 * time.Second)
 	sum, err := b.rec.Pass(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, sum.Expired)
 	require.Equal(t, 1, sum.Released)
+	require.Equal(t, 1, sum.InQueue)
+	require.Zero(t, sum.Republished)
 	require.Equal(t, reminder.Pending, b.get(t, held).State)
 	r := b.get(t, late)
 	require.Equal(t, reminder.Expired, r.State)
-	require.Equal(t, "deadline passed while leased", r.Reason)
+	require.Equal(t, "deadline passed while enqueued", r.Reason)
+	r = b.get(t, queued)
+	require.Equal(t, reminder.Enqueued, r.State, "its message is in the queue: not published again")
+	require.Equal(t, first[0].Fence, r.Fence)
+	require.Empty(t, b.queued(t), "nothing republished")
 
 	// A second pass finds nothing: repair is idempotent.
 	sum, err = b.rec.Pass(ctx)

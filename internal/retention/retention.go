@@ -140,9 +140,11 @@ type Summary struct {
 	RemindersDeleted int64
 	// EventsDeleted are events of deleted reminders past EventAfter.
 	EventsDeleted int64
-	// AuditDeleted are operator_audit rows, RunsDeleted dispatch_runs rows.
-	AuditDeleted int64
-	RunsDeleted  int64
+	// AuditDeleted are operator_audit rows, RunsDeleted dispatch_runs rows,
+	// ConfirmsDeleted publish_confirms rows (one per dispatched batch).
+	AuditDeleted    int64
+	RunsDeleted     int64
+	ConfirmsDeleted int64
 	// Statements the pass ran.
 	Statements int
 	// More is set when a kind stopped at MaxBatches with work left.
@@ -152,7 +154,8 @@ type Summary struct {
 
 // Total is every row the pass changed or removed.
 func (s Summary) Total() int64 {
-	return s.Purged + s.AttemptsDeleted + s.RemindersDeleted + s.EventsDeleted + s.AuditDeleted + s.RunsDeleted
+	return s.Purged + s.AttemptsDeleted + s.RemindersDeleted + s.EventsDeleted + s.AuditDeleted + s.RunsDeleted +
+		s.ConfirmsDeleted
 }
 
 const terminal = `('delivered', 'failed', 'expired', 'canceled')`
@@ -237,6 +240,18 @@ WITH del AS (
 )
 SELECT count(*) FROM del`
 
+// deleteConfirmsSQL deletes old publish confirmations. One matters only
+// until the dispatch lease of its batch's rows has been resolved, minutes
+// after the confirm; they are kept as long as the runs, as the dispatcher's
+// record of what the broker accepted when.
+const deleteConfirmsSQL = `
+WITH del AS (
+    DELETE FROM publish_confirms WHERE batch IN (
+        SELECT batch FROM publish_confirms WHERE confirmed_at < @before ORDER BY confirmed_at LIMIT @limit)
+    RETURNING batch
+)
+SELECT count(*) FROM del`
+
 // Pass runs one bounded retention pass.
 func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 	c.mu.Lock()
@@ -260,6 +275,7 @@ func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 		{"removing payloads", purgeSQL, cfg.PayloadAfter, []*int64{&sum.Purged, &sum.AttemptsDeleted}},
 		{"deleting operator audit rows", deleteAuditSQL, cfg.EventAfter, []*int64{&sum.AuditDeleted}},
 		{"deleting dispatch runs", deleteRunsSQL, cfg.ReminderAfter, []*int64{&sum.RunsDeleted}},
+		{"deleting publish confirmations", deleteConfirmsSQL, cfg.ReminderAfter, []*int64{&sum.ConfirmsDeleted}},
 	}
 	for _, st := range steps {
 		if err := c.batches(ctx, cfg, &sum, st.what, st.sql, st.window, st.counts); err != nil {

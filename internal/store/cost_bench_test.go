@@ -203,9 +203,13 @@ func statementCosts(b *testing.B, n int) {
 		now := time.Now()
 		cs.explain(b, db, "ClaimDue", dispatchBatch, pgx.NamedArgs{"now": now, "cutoff": now, "limit": dispatchBatch,
 			"lease_until": now.Add(2 * time.Minute), "actor": "d"})
-		leased := fencedIn(b, db, "leased")
-		ids, fences := split(leased)
-		cs.explain(b, db, "MarkEnqueued", len(leased), pgx.NamedArgs{"now": now, "ids": ids, "fences": fences, "actor": "d"})
+		leased := fencedIn(b, db, "enqueued")
+		var batch int64
+		if err := db.Pool.QueryRow(ctx, `SELECT max(dispatch_batch) FROM reminders`).Scan(&batch); err != nil {
+			b.Fatal(err)
+		}
+		cs.explain(b, db, "ConfirmPublished", len(leased), pgx.NamedArgs{"now": now, "batches": []int64{batch},
+			"confirmed": []int32{int32(len(leased))}, "actor": "d"})
 		for off := 0; off < len(leased); off += workerBatch {
 			batch := leased[off:min(off+workerBatch, len(leased))]
 			ids, fences := split(batch)

@@ -15,8 +15,11 @@
 -- at a 20,000-row backlog, against 2 ms by key).
 
 -- name: ClaimDue
--- pending rows due before the run's fixed cutoff become leased under a new
--- fence; those already past their deadline become expired instead. A batch
+-- pending rows due before the run's fixed cutoff become enqueued under a new
+-- fence, a dispatch lease and the claim's batch number (the dispatcher then
+-- publishes them and records one confirmation for the batch: see
+-- ConfirmPublished and ResolveExpiredLeases); those already past their
+-- deadline become expired instead. A batch
 -- takes an even part from every tenant with due rows (round robin, each
 -- tenant's in due order), so a tenant's large backlog is published
 -- interleaved with the other tenants' reminders, not ahead of them. The
@@ -53,25 +56,29 @@ WITH RECURSIVE tenants(tenant) AS (
      WHERE r.id IN (SELECT id FROM picks ORDER BY turn, due_at, id LIMIT @limit)
        AND (r.state = 'pending') IS TRUE AND r.due_at <= @cutoff
        FOR UPDATE SKIP LOCKED
+), batch AS (
+    SELECT nextval('dispatch_batches') AS id
 ), claimed AS (
     UPDATE reminders r
-       SET state       = CASE WHEN r.deadline <= @now THEN 'expired' ELSE 'leased' END,
-           fence       = r.fence + 1,
-           lease_until = CASE WHEN r.deadline <= @now THEN NULL ELSE @lease_until::timestamptz END,
-           reason      = CASE WHEN r.deadline <= @now THEN 'deadline passed before dispatch' ELSE r.reason END,
-           finished_at = CASE WHEN r.deadline <= @now THEN @now::timestamptz END,
-           updated_at  = @now
-      FROM due
+       SET state          = CASE WHEN r.deadline <= @now THEN 'expired' ELSE 'enqueued' END,
+           fence          = r.fence + 1,
+           lease_until    = CASE WHEN r.deadline <= @now THEN NULL ELSE @lease_until::timestamptz END,
+           enqueued_at    = CASE WHEN r.deadline <= @now THEN r.enqueued_at ELSE @now::timestamptz END,
+           dispatch_batch = CASE WHEN r.deadline <= @now THEN r.dispatch_batch ELSE batch.id END,
+           reason         = CASE WHEN r.deadline <= @now THEN 'deadline passed before dispatch' ELSE r.reason END,
+           finished_at    = CASE WHEN r.deadline <= @now THEN @now::timestamptz END,
+           updated_at     = @now
+      FROM due, batch
      WHERE r.id = due.id
  RETURNING r.id, due.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
-           r.due_at
+           r.due_at, r.dispatch_batch
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
     SELECT id, old_state, state, fence, @actor,
            CASE state WHEN 'expired' THEN 'deadline passed before dispatch' ELSE 'claimed for dispatch' END, @now
       FROM claimed
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at,
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch,
        -- more: some tenant filled its part, so due rows may be left
        EXISTS (SELECT 1 FROM picks, quota WHERE picks.turn = quota.n) AS more
   FROM claimed;
@@ -79,8 +86,9 @@ SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, d
 -- name: Reclaim
 -- The reconciler's republish: rows whose message is presumed lost (enqueued or
 -- retrying and overdue) or whose worker died mid-send (sending, lease expired)
--- are leased again under a new fence, to be published again. Rows already past
--- their deadline are left to ExpireOverdue.
+-- are enqueued again under a new fence, a dispatch lease and a batch number,
+-- as ClaimDue does, to be published again. Rows already past their deadline
+-- are left to ExpireOverdue.
 WITH stuck AS (
     SELECT id, state AS old_state
       FROM reminders
@@ -91,17 +99,21 @@ WITH stuck AS (
      ORDER BY id
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
+), batch AS (
+    SELECT nextval('dispatch_batches') AS id
 ), claimed AS (
     UPDATE reminders r
-       SET state = CASE WHEN r.republishes >= @max_republishes THEN 'quarantined' ELSE 'leased' END,
+       SET state = CASE WHEN r.republishes >= @max_republishes THEN 'quarantined' ELSE 'enqueued' END,
            fence = r.fence + 1, republishes = r.republishes + 1, updated_at = @now,
            lease_until = CASE WHEN r.republishes >= @max_republishes THEN NULL ELSE @lease_until::timestamptz END,
+           enqueued_at = CASE WHEN r.republishes >= @max_republishes THEN r.enqueued_at ELSE @now::timestamptz END,
+           dispatch_batch = CASE WHEN r.republishes >= @max_republishes THEN r.dispatch_batch ELSE batch.id END,
            reason = CASE WHEN r.republishes >= @max_republishes
                          THEN 'republished ' || r.republishes || ' times without an outcome' ELSE r.reason END
-      FROM stuck
+      FROM stuck, batch
      WHERE r.id = stuck.id
  RETURNING r.id, stuck.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
-           r.reason, r.due_at
+           r.reason, r.due_at, r.dispatch_batch
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
     SELECT id, old_state, state, fence, @actor,
@@ -110,61 +122,74 @@ WITH stuck AS (
                 ELSE 'message overdue; republishing' END, @now
       FROM claimed
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at FROM claimed;
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch FROM claimed;
 
--- name: MarkEnqueued
--- leased → enqueued, only for the fence the publisher held.
-WITH m AS (
-    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
-), upd AS (
-    UPDATE reminders r
-       SET state = 'enqueued', lease_until = NULL, enqueued_at = @now, updated_at = @now
-      FROM m
-     WHERE r.id = m.id AND r.fence = m.fence AND (r.state = 'leased') IS TRUE
- RETURNING r.id, r.fence
-), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, 'leased', 'enqueued', fence, @actor, 'publish confirmed', @now FROM upd
-)
-SELECT id FROM upd;
+-- name: ConfirmPublished
+-- The broker confirmed (and routed) the messages of these claims: one row per
+-- batch, not per reminder. Its rows are already enqueued; this is what tells
+-- the reconciler, once their dispatch lease runs out, that they are in the
+-- queue rather than lost with a dispatcher that died before its confirms.
+INSERT INTO publish_confirms (batch, confirmed_at, actor, confirmed)
+SELECT c.batch, @now, @actor, c.confirmed
+  FROM unnest(@batches::bigint[], @confirmed::int[]) AS c(batch, confirmed);
 
 -- name: Release
--- leased → pending under a new fence: the publish was not confirmed, or the
--- lease expired with its holder gone. The next dispatcher run claims it again.
+-- enqueued (or leased, from an earlier version) → pending under a new fence:
+-- the publish was not confirmed. The next dispatcher run claims it again.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
 ), upd AS (
     UPDATE reminders r
-       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
-           last_error = @reason
-      FROM m
-     WHERE r.id = m.id AND r.fence = m.fence AND r.state = 'leased'
- RETURNING r.id, r.fence
+       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, enqueued_at = NULL,
+           dispatch_batch = NULL, updated_at = @now, last_error = @reason
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('leased', 'enqueued')) IS TRUE
+ RETURNING r.id, cur.old_state, r.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, 'leased', 'pending', fence, @actor, @reason, @now FROM upd
+    SELECT id, old_state, 'pending', fence, @actor, @reason, @now FROM upd
 )
 SELECT id FROM upd;
 
--- name: ReleaseExpiredLeases
--- leased rows whose holder (a dispatcher or reconciler) died return to pending.
+-- name: ResolveExpiredLeases
+-- Dispatch leases that ran out. An enqueued row whose batch has a publish
+-- confirmation is in the queue: its lease is cleared and nothing else
+-- changes (the overdue clock, enqueued_at, goes on). One without (its
+-- dispatcher died before the confirms, or they never came), and a leased row
+-- (written by an earlier version) whose holder is gone, return to pending
+-- under a new fence, to be claimed and published again; a message that did
+-- reach the queue is then refused by its worker for the old fence.
+-- Returns how many returned to pending and how many leases were cleared.
 WITH stale AS (
-    SELECT id FROM reminders
-     WHERE state = 'leased' AND lease_until <= @now
-     ORDER BY lease_until
+    SELECT r.id, r.state AS old_state, c.confirmed_at
+      FROM reminders r
+      LEFT JOIN publish_confirms c ON c.batch = r.dispatch_batch AND r.state = 'enqueued'
+     WHERE r.state IN ('leased', 'enqueued') AND r.lease_until <= @now
+     ORDER BY r.lease_until
      LIMIT @limit
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF r SKIP LOCKED
 ), upd AS (
     UPDATE reminders r
-       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, updated_at = @now
+       SET state          = CASE WHEN stale.confirmed_at IS NULL THEN 'pending' ELSE r.state END,
+           fence          = CASE WHEN stale.confirmed_at IS NULL THEN r.fence + 1 ELSE r.fence END,
+           enqueued_at    = CASE WHEN stale.confirmed_at IS NULL THEN NULL ELSE r.enqueued_at END,
+           dispatch_batch = CASE WHEN stale.confirmed_at IS NULL THEN NULL ELSE r.dispatch_batch END,
+           lease_until    = NULL,
+           updated_at     = @now
       FROM stale
      WHERE r.id = stale.id
- RETURNING r.id, r.fence
+ RETURNING r.id, stale.old_state, r.state, r.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, 'leased', 'pending', fence, @actor, 'dispatch lease expired', @now FROM upd
+    SELECT id, old_state, 'pending', fence, @actor,
+           CASE old_state WHEN 'enqueued' THEN 'dispatch lease expired before the publish was confirmed'
+                          ELSE 'dispatch lease expired' END, @now
+      FROM upd
+     WHERE state = 'pending'
 )
-SELECT count(*) FROM upd;
+SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <> 'pending') FROM upd;
 
 -- name: ExpireOverdue
 -- Every open reminder at or past its deadline ends as expired, except one
@@ -224,9 +249,10 @@ SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempot
 -- name: ClaimForDelivery
 -- A worker's conditional write before sending: rows still carrying the
 -- message's fence, due and before their deadline, become sending under a new
--- fence with a send lease; each gets an attempt row. leased is accepted: a
--- message can arrive before its publisher has recorded the confirm, and the
--- fence proves it was published under the current lease.
+-- fence with a send lease; each gets an attempt row. An enqueued row is
+-- accepted whether or not its batch's publish confirmation is recorded yet
+-- (the message in hand proves the publish; the fence proves it is the
+-- current one), and so is leased (rows of an earlier version's dispatcher).
 -- It also returns every named row as the statement's snapshot saw it (before
 -- the claim), with the new fence, attempt number and attempt id of those it
 -- claimed (NULL for the others), so a worker with nothing to decide between
@@ -326,12 +352,15 @@ SELECT id FROM upd;
 -- Messages handed back to wait for capacity, each until its turn: their
 -- reminders stay where they are, under the same fence, but the clock the
 -- reconciler watches restarts at the turn, so the wait (however many retry
--- tiers it takes) is not mistaken for a lost message.
+-- tiers it takes) is not mistaken for a lost message. An enqueued row's
+-- dispatch lease is cleared: the message in the worker's hands proves the
+-- publish, whether or not its confirmation was recorded.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @untils::timestamptz[]) AS m(id, fence, until)
 )
 UPDATE reminders r
    SET enqueued_at = CASE WHEN r.state = 'enqueued' THEN m.until ELSE r.enqueued_at END,
+       lease_until = CASE WHEN r.state = 'enqueued' THEN NULL ELSE r.lease_until END,
        next_attempt_at = CASE WHEN r.state = 'retrying' THEN m.until ELSE r.next_attempt_at END,
        updated_at = @now
   FROM m

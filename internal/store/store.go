@@ -45,7 +45,8 @@ type Fenced struct {
 	Fence int64
 }
 
-// Claimed is a reminder that a claim leased (or expired) for its caller.
+// Claimed is a reminder that a claim enqueued (or expired, or quarantined)
+// for its caller.
 type Claimed struct {
 	ID             int64
 	State          reminder.State
@@ -56,23 +57,37 @@ type Claimed struct {
 	Deadline       time.Time
 	Attempts       int
 	DueAt          time.Time
+	// Batch numbers the claim statement that enqueued it (zero for rows it
+	// did not enqueue); its publish confirmation is recorded per batch.
+	Batch int64
 	// ClaimedAt is the claim's time (its @now).
 	ClaimedAt time.Time
 }
 
-func collectClaimed(rows pgx.Rows, now time.Time) ([]Claimed, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		c := Claimed{ClaimedAt: now}
-		err := r.Scan(&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline, &c.Attempts,
-			&c.DueAt)
-		return c, err
-	})
+// scanClaimed scans a Claimed from the columns ClaimDue and Reclaim both
+// return, then the extra columns into extra.
+func scanClaimed(r pgx.CollectableRow, now time.Time, extra ...any) (Claimed, error) {
+	c := Claimed{ClaimedAt: now}
+	var batch *int64
+	err := r.Scan(append([]any{&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline,
+		&c.Attempts, &c.DueAt, &batch}, extra...)...)
+	if batch != nil && c.State == reminder.Enqueued {
+		c.Batch = *batch
+	}
+	return c, err
 }
 
-// ClaimDue leases up to limit pending reminders due at or before cutoff,
-// skipping rows another claimer holds: an even part from every tenant with
-// due rows, each tenant's in due order. Reminders already at or past their
-// deadline are expired instead and returned with State Expired.
+func collectClaimed(rows pgx.Rows, now time.Time) ([]Claimed, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) { return scanClaimed(r, now) })
+}
+
+// ClaimDue enqueues, under a dispatch lease until now+lease and one batch
+// number, up to limit pending reminders due at or before cutoff, skipping
+// rows another claimer holds: an even part from every tenant with due rows,
+// each tenant's in due order. Reminders already at or past their deadline are
+// expired instead and returned with State Expired. The caller publishes the
+// enqueued ones and records the batch's confirmation (ConfirmPublished) or
+// releases what was not confirmed (Release).
 func (s *Store) ClaimDue(ctx context.Context, now, cutoff time.Time, limit int, lease time.Duration, actor string) ([]Claimed, error) {
 	out, _, err := s.ClaimDueBatch(ctx, now, cutoff, limit, lease, actor)
 	return out, err
@@ -88,12 +103,7 @@ func (s *Store) ClaimDueBatch(ctx context.Context, now, cutoff time.Time, limit 
 	if err != nil {
 		return nil, false, fmt.Errorf("claiming due reminders: %w", err)
 	}
-	claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		c := Claimed{ClaimedAt: now}
-		err := r.Scan(&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline, &c.Attempts,
-			&c.DueAt, &more)
-		return c, err
-	})
+	claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) { return scanClaimed(r, now, &more) })
 	if err != nil {
 		return nil, false, fmt.Errorf("claiming due reminders: %w", err)
 	}
@@ -104,7 +114,8 @@ func (s *Store) ClaimDueBatch(ctx context.Context, now, cutoff time.Time, limit 
 // the next time it is quarantined instead.
 const MaxRepublishes = 3
 
-// Reclaim leases again, under a new fence, up to limit reminders whose
+// Reclaim enqueues again, under a new fence, a dispatch lease and a batch
+// number, as ClaimDue does, up to limit reminders whose
 // message is overdue (enqueued or retrying longer than overdue ago) or whose
 // send lease expired, so they can be published again. One republished
 // MaxRepublishes times already is quarantined instead (State Quarantined).
@@ -158,16 +169,24 @@ func (s *Store) ids(ctx context.Context, op, name string, args pgx.NamedArgs) (m
 	return out, nil
 }
 
-// MarkEnqueued moves leased reminders whose publish was confirmed to
-// enqueued, for the fences given. It returns the ids it moved.
-func (s *Store) MarkEnqueued(ctx context.Context, now time.Time, fs []Fenced, actor string) (map[int64]bool, error) {
-	ids, fences := split(fs)
-	return s.ids(ctx, "recording enqueued reminders", "MarkEnqueued", pgx.NamedArgs{
-		"now": now, "ids": ids, "fences": fences, "actor": actor,
+// ConfirmPublished records that the broker confirmed the messages of each
+// batch (confirmed[b] of them; the others were released): one row per batch.
+func (s *Store) ConfirmPublished(ctx context.Context, now time.Time, confirmed map[int64]int, actor string) error {
+	batches, counts := make([]int64, 0, len(confirmed)), make([]int32, 0, len(confirmed))
+	for b, n := range confirmed {
+		batches, counts = append(batches, b), append(counts, int32(n))
+	}
+	_, err := s.pool.Exec(ctx, query("ConfirmPublished"), pgx.NamedArgs{
+		"now": now, "batches": batches, "confirmed": counts, "actor": actor,
 	})
+	if err != nil {
+		return fmt.Errorf("recording publish confirmations of batches %v: %w", batches, err)
+	}
+	return nil
 }
 
-// Release returns leased reminders to pending under a new fence.
+// Release returns enqueued reminders whose publish was not confirmed (and
+// leased ones) to pending under a new fence.
 func (s *Store) Release(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
 	ids, fences := split(fs)
 	return s.ids(ctx, "releasing leases", "Release", pgx.NamedArgs{
@@ -183,12 +202,18 @@ func (s *Store) count(ctx context.Context, op, name string, args pgx.NamedArgs) 
 	return n, nil
 }
 
-// ReleaseExpiredLeases returns up to limit leased reminders whose lease
-// expired to pending, and says how many.
-func (s *Store) ReleaseExpiredLeases(ctx context.Context, now time.Time, limit int, actor string) (int, error) {
-	return s.count(ctx, "releasing expired leases", "ReleaseExpiredLeases", pgx.NamedArgs{
+// ResolveExpiredLeases resolves up to limit dispatch leases that ran out:
+// an enqueued reminder whose batch's publish was confirmed keeps its state
+// (cleared counts them); one whose publish was not, or a leased one, returns
+// to pending under a new fence (released counts them).
+func (s *Store) ResolveExpiredLeases(ctx context.Context, now time.Time, limit int, actor string) (released, cleared int, err error) {
+	err = s.pool.QueryRow(ctx, query("ResolveExpiredLeases"), pgx.NamedArgs{
 		"now": now, "limit": limit, "actor": actor,
-	})
+	}).Scan(&released, &cleared)
+	if err != nil {
+		return 0, 0, fmt.Errorf("resolving expired dispatch leases: %w", err)
+	}
+	return released, cleared, nil
 }
 
 // ExpireOverdue expires up to limit open reminders at or past their deadline

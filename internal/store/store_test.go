@@ -70,13 +70,13 @@ func TestClaimDueRespectsCutoffDeadlineAndLimit(t *testing.T) {
 	require.Len(t, got, 2, "the row due after the cutoff is not claimed")
 
 	r := b.get(t, due)
-	require.Equal(t, reminder.Leased, r.State)
+	require.Equal(t, reminder.Enqueued, r.State)
 	require.Equal(t, int64(1), r.Fence)
 	require.Equal(t, now.Add(time.Minute), r.LeaseUntil.UTC())
 	require.Equal(t, "claimed for dispatch", b.lastEvent(t, due).Reason)
 
 	r = b.get(t, late)
-	require.Equal(t, reminder.Expired, r.State, "a row past its deadline is expired, never leased")
+	require.Equal(t, reminder.Expired, r.State, "a row past its deadline is expired, never enqueued")
 	require.Equal(t, "deadline passed before dispatch", r.Reason)
 	require.Equal(t, reminder.Pending, b.get(t, later).State)
 
@@ -180,53 +180,81 @@ func TestTwoClaimersNeverShareARow(t *testing.T) {
 	require.Len(t, seen, 200)
 }
 
-func TestMarkEnqueuedRefusesStaleFence(t *testing.T) {
+func TestDispatchLeaseResolvedByPublishConfirmation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	now := b.clock.Now()
-	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+	confirmedID := b.schedule(t, "confirmed", now.Add(-2*time.Minute), now.Add(time.Hour))
+	lostID := b.schedule(t, "lost", now.Add(-time.Minute), now.Add(time.Hour))
 
-	got, err := b.st.ClaimDue(ctx, now, now, 10, time.Minute, "d1")
+	// Two claims, two batches: the broker confirms the first one's message;
+	// the second one's dispatcher dies before recording anything.
+	first, err := b.st.ClaimDue(ctx, now, now, 1, time.Minute, "d1")
 	require.NoError(t, err)
-	stale := store.Fenced{ID: id, Fence: got[0].Fence}
+	second, err := b.st.ClaimDue(ctx, now, now, 1, time.Minute, "d2")
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.Len(t, second, 1)
+	require.Equal(t, confirmedID, first[0].ID)
+	require.Equal(t, lostID, second[0].ID)
+	require.NotZero(t, first[0].Batch)
+	require.NotEqual(t, first[0].Batch, second[0].Batch, "each claim is a batch of its own")
+	for _, id := range []int64{confirmedID, lostID} {
+		r := b.get(t, id)
+		require.Equal(t, reminder.Enqueued, r.State, "a claim enqueues")
+		require.NotNil(t, r.LeaseUntil, "under a dispatch lease")
+	}
+	require.NoError(t, b.st.ConfirmPublished(ctx, now, map[int64]int{first[0].Batch: 1}, "d1"))
 
-	// The lease expires and the reconciler returns the row to pending.
+	// While the leases run, nothing is resolved.
+	released, cleared, err := b.st.ResolveExpiredLeases(ctx, now.Add(59*time.Second), 100, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, [2]int{0, 0}, [2]int{released, cleared})
+
 	b.clock.Advance(2 * time.Minute)
-	n, err := b.st.ReleaseExpiredLeases(ctx, b.clock.Now(), 100, "reconciler")
+	released, cleared, err = b.st.ResolveExpiredLeases(ctx, b.clock.Now(), 100, "reconciler")
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, reminder.Pending, b.get(t, id).State)
+	require.Equal(t, [2]int{1, 1}, [2]int{released, cleared}, "(released, cleared)")
 
-	moved, err := b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{stale}, "d1")
+	kept := b.get(t, confirmedID)
+	require.Equal(t, reminder.Enqueued, kept.State, "confirmed: it waits in the queue")
+	require.Equal(t, first[0].Fence, kept.Fence, "under the fence its message carries")
+	require.Nil(t, kept.LeaseUntil)
+	lost := b.get(t, lostID)
+	require.Equal(t, reminder.Pending, lost.State, "unconfirmed: claimed and published again")
+	require.Equal(t, second[0].Fence+1, lost.Fence, "a message that did reach the queue is now stale")
+	evs, err := intake.Events(ctx, b.db.Pool, lostID)
 	require.NoError(t, err)
-	require.Empty(t, moved, "the dispatcher whose lease expired cannot record enqueued")
-	require.Equal(t, reminder.Pending, b.get(t, id).State)
+	require.Len(t, evs, 3, "scheduled, claimed, released")
+	require.Equal(t, [2]reminder.State{reminder.Pending, reminder.Enqueued}, [2]reminder.State{evs[1].From, evs[1].To})
+	require.Equal(t, [2]reminder.State{reminder.Enqueued, reminder.Pending}, [2]reminder.State{evs[2].From, evs[2].To})
+	require.Equal(t, "dispatch lease expired before the publish was confirmed", evs[2].Reason)
 
-	// A fresh claim and a confirmed publish record it.
-	got, err = b.st.ClaimDue(ctx, b.clock.Now(), b.clock.Now(), 10, time.Minute, "d2")
+	// The dispatcher whose lease expired can no longer release the row.
+	moved, err := b.st.Release(ctx, b.clock.Now(), []store.Fenced{{ID: lostID, Fence: second[0].Fence}}, "d2", "late")
 	require.NoError(t, err)
-	moved, err = b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: got[0].Fence}}, "d2")
+	require.Empty(t, moved)
+
+	// A second pass finds nothing more to resolve.
+	released, cleared, err = b.st.ResolveExpiredLeases(ctx, b.clock.Now(), 100, "reconciler")
 	require.NoError(t, err)
-	require.True(t, moved[id])
-	r := b.get(t, id)
-	require.Equal(t, reminder.Enqueued, r.State)
-	require.Nil(t, r.LeaseUntil)
+	require.Equal(t, [2]int{0, 0}, [2]int{released, cleared})
 }
 
-// enqueue takes every due pending reminder to enqueued and returns the fence of id.
+// enqueue takes every due pending reminder to enqueued, with its publish
+// confirmed, and returns the fence of id.
 func (b bundle) enqueue(t *testing.T, id int64) int64 {
 	t.Helper()
 	ctx := context.Background()
 	now := b.clock.Now()
 	got, err := b.st.ClaimDue(ctx, now, now, 1000, time.Minute, "d")
 	require.NoError(t, err)
-	var fs []store.Fenced
+	batches := map[int64]int{}
 	for _, c := range got {
-		fs = append(fs, store.Fenced{ID: c.ID, Fence: c.Fence})
+		batches[c.Batch]++
 	}
-	_, err = b.st.MarkEnqueued(ctx, now, fs, "d")
-	require.NoError(t, err)
+	require.NoError(t, b.st.ConfirmPublished(ctx, now, batches, "d"))
 	r := b.get(t, id)
 	require.Equal(t, reminder.Enqueued, r.State)
 	return r.Fence
@@ -345,7 +373,7 @@ func TestStaleSenderCannotRecordAfterTakeover(t *testing.T) {
 		AttemptID: slow.AttemptID, State: reminder.Delivered, AttemptOutcome: "delivered", ProviderID: "p-9"}}, "slow-worker")
 	require.NoError(t, err)
 	require.Empty(t, moved)
-	require.Equal(t, reminder.Leased, b.get(t, id).State)
+	require.Equal(t, reminder.Enqueued, b.get(t, id).State)
 	var outcome, errText string
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT outcome, error FROM delivery_attempts WHERE id = $1`,
 		slow.AttemptID).Scan(&outcome, &errText))
@@ -455,10 +483,8 @@ func TestEveryTransition(t *testing.T) {
 		}
 	}
 	enqueue := func(b bundle, id int64) bool {
-		require.True(t, claimDue(b, id))
-		moved, err := b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence(b, id)}}, "d")
-		require.NoError(t, err)
-		return moved[id]
+		b.enqueue(t, id)
+		return true
 	}
 	cases := []struct {
 		name  string
@@ -466,18 +492,18 @@ func TestEveryTransition(t *testing.T) {
 		final step
 		want  reminder.State
 	}{
-		{"leased→sending (message before the enqueued record)", []step{claimDue},
+		{"enqueued→sending (message before the publish confirmation)", []step{claimDue},
 			func(b bundle, id int64) bool { _, ok := claimAttempt(b, id); return ok }, reminder.Sending},
 		{"sending→failed", []step{enqueue}, outcome(reminder.Failed, "permanent"), reminder.Failed},
 		{"sending→expired (no time for another attempt)", []step{enqueue}, outcome(reminder.Expired, "retryable"), reminder.Expired},
-		{"retrying→leased (retry message overdue)", []step{enqueue, outcome(reminder.Retrying, "retryable")},
+		{"retrying→enqueued (retry message overdue)", []step{enqueue, outcome(reminder.Retrying, "retryable")},
 			func(b bundle, id int64) bool {
 				b.clock.Advance(10 * time.Minute)
 				got, err := b.st.Reclaim(ctx, b.clock.Now(), time.Minute, 10, time.Minute, "r")
 				require.NoError(t, err)
 				return len(got) == 1
-			}, reminder.Leased},
-		{"leased→pending (publish not confirmed)", []step{claimDue},
+			}, reminder.Enqueued},
+		{"enqueued→pending (publish not confirmed)", []step{claimDue},
 			func(b bundle, id int64) bool {
 				moved, err := b.st.Release(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence(b, id)}}, "d", "nack")
 				require.NoError(t, err)
@@ -540,9 +566,8 @@ func TestRepublishedTooOftenIsQuarantinedThenExpires(t *testing.T) {
 		got, err := b.st.Reclaim(ctx, b.clock.Now(), time.Minute, 10, time.Minute, "r")
 		require.NoError(t, err)
 		require.Len(t, got, 1)
-		require.Equal(t, reminder.Leased, got[0].State, "republish %d", i+1)
-		_, err = b.st.MarkEnqueued(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: got[0].Fence}}, "r")
-		require.NoError(t, err)
+		require.Equal(t, reminder.Enqueued, got[0].State, "republish %d", i+1)
+		require.NoError(t, b.st.ConfirmPublished(ctx, b.clock.Now(), map[int64]int{got[0].Batch: 1}, "r"))
 	}
 	b.clock.Advance(2 * time.Minute)
 	got, err := b.st.Reclaim(ctx, b.clock.Now(), time.Minute, 10, time.Minute, "r")
@@ -579,7 +604,7 @@ func TestUndeliveredAfterAnUnknownOutcomeSaysSo(t *testing.T) {
 	n, err := b.st.ExpireOverdue(ctx, b.clock.Now(), 10, "r")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.Equal(t, "deadline passed while leased; an earlier attempt's outcome is unknown", b.get(t, id).Reason)
+	require.Equal(t, "deadline passed while enqueued; an earlier attempt's outcome is unknown", b.get(t, id).Reason)
 }
 
 // Each deferred row's overdue clock restarts at its own turn, whatever order

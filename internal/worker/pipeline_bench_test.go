@@ -85,7 +85,7 @@ type traceStart struct {
 func stmtName(sql string) string {
 	for _, c := range []struct{ sub, name string }{
 		{"WITH RECURSIVE tenants", "ClaimDue"},
-		{"SET state = 'enqueued'", "MarkEnqueued"},
+		{"INSERT INTO publish_confirms", "ConfirmPublished"},
 		{"r.template, r.data", "ClaimForDelivery"},
 		{"INSERT INTO delivery_attempts", "ClaimAttempts"},
 		{"o(id, fence, attempt_id", "RecordOutcomes"},
@@ -350,7 +350,7 @@ func runPipeline(b *testing.B, n, k int) {
 	}
 	var first, last time.Time
 	var delivered int
-	if err := db.Pool.QueryRow(ctx, `SELECT min(at) FILTER (WHERE to_state = 'leased'),
+	if err := db.Pool.QueryRow(ctx, `SELECT min(at) FILTER (WHERE reason = 'claimed for dispatch'),
 		       max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled')),
 		       count(*) FILTER (WHERE to_state = 'delivered') FROM reminder_events`).
 		Scan(&first, &last, &delivered); err != nil {

@@ -174,7 +174,7 @@ func TestRetryableFailuresThenDelivered(t *testing.T) {
 	for _, e := range b.events(t, id) {
 		trail = append(trail, e.To)
 	}
-	require.Equal(t, []reminder.State{reminder.Pending, reminder.Leased, reminder.Enqueued, reminder.Sending,
+	require.Equal(t, []reminder.State{reminder.Pending, reminder.Enqueued, reminder.Sending,
 		reminder.Retrying, reminder.Sending, reminder.Retrying, reminder.Sending, reminder.Delivered}, trail)
 }
 

@@ -12,9 +12,12 @@ import (
 // State is where a reminder stands. Terminal states never change again.
 type State string
 
-// The lifecycle: pending → leased (dispatcher claimed it) → enqueued (its
-// message is confirmed by the broker) → sending (a worker claimed an attempt)
-// → delivered, or → retrying (a retry message waits in a tier) → sending …
+// The lifecycle: pending → enqueued (a dispatcher claimed it under a dispatch
+// lease and publishes its message; the broker's confirmation is recorded for
+// the claim's whole batch) → sending (a worker claimed an attempt) →
+// delivered, or → retrying (a retry message waits in a tier) → sending …
+// leased is what dispatchers before schema version 7 claimed into (then
+// enqueued once confirmed); it is still accepted wherever enqueued is.
 // A message that keeps failing (it crashes or panics its consumer) is
 // quarantined: its message waits in the dead-letter queue for an operator to
 // replay or expire it. Any open state can end as expired (deadline reached)
