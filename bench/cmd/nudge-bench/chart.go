@@ -77,7 +77,7 @@ func drawChart(path, title string, groups []string, ss []series) error {
 			label := fmt.Sprintf("%.0f", v.Median)
 			text(mid-len(label)*7/2, y(v.Max)-6, black, label)
 		}
-		text(gx+barW-len(g)*7/2, H-bottom+20, black, g)
+		text(gx+len(ss)*barW/2-len(g)*7/2, H-bottom+20, black, g) // centred under the group's bars
 	}
 	lx := W - right - 260
 	for si, s := range ss {

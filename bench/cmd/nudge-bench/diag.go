@@ -20,8 +20,8 @@ func statementOf(q string) string {
 	switch {
 	case strings.Contains(q, "WITH due AS"), strings.Contains(q, "WITH RECURSIVE tenants"):
 		return "ClaimDue"
-	case strings.Contains(q, "SET state = 'enqueued'"):
-		return "MarkEnqueued"
+	case strings.Contains(q, "INSERT INTO publish_confirms"):
+		return "ConfirmPublished"
 	case strings.Contains(q, "SELECT id, tenant, channel, recipient, template, data"):
 		return "LoadForDelivery"
 	case strings.Contains(q, "SET state = 'sending'"):
@@ -108,14 +108,15 @@ func diagnose(ctx context.Context, e *env, n, k int) error {
 	err = explain("ClaimDue", pgx.NamedArgs{"now": now, "cutoff": now, "limit": 500, "lease_until": now.Add(time.Minute), "actor": "diag"})
 	if err == nil {
 		var ids, fences []int64
-		rows, _ := tx.Query(ctx, stmt("LeasedSample"))
+		rows, _ := tx.Query(ctx, stmt("EnqueuedSample"))
 		for rows.Next() {
 			var id, f int64
 			_ = rows.Scan(&id, &f)
 			ids, fences = append(ids, id), append(fences, f)
 		}
 		rows.Close()
-		err = explain("MarkEnqueued", pgx.NamedArgs{"now": now, "ids": ids, "fences": fences, "actor": "diag"})
+		err = explain("ClaimForDelivery", pgx.NamedArgs{"now": now, "ids": ids, "fences": fences,
+			"lease_until": now.Add(time.Minute), "actor": "diag"})
 	}
 	_ = tx.Rollback(ctx)
 	s.cleanup()

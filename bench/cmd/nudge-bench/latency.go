@@ -53,9 +53,9 @@ type latencyResult struct {
 	Delivered int
 	Hops      map[string]hopLatency
 	Hist      map[string]hopHistogram
-	// Overtaken reminders had no enqueued event of their own (their worker
-	// claimed the attempt before the dispatcher recorded the confirm);
-	// NoEnqueue ones have no enqueue time at all (see the Hops query).
+	// Overtaken reminders were started by their worker before their batch's
+	// publish confirmation was recorded; NoEnqueue ones have no confirmation
+	// recorded at all (see the Hops query).
 	Overtaken, NoEnqueue int
 	// FailedPasses are the errors of the dispatcher's passes that failed
 	// (its loop runs the next one at its next tick).

@@ -3,9 +3,12 @@
 // the performance issue asks for comes from one command (`make bench`) and
 // one run, side by side with River and the raw broker as references:
 //
-//   - end-to-end throughput against River at 1, 2 and 4 workers, with the
-//     CPU each side spends (in-process workers, so the profile sees them);
-//   - the dispatcher alone against raw publishing with confirms;
+//   - end-to-end throughput against River at 1, 2 and 4 workers (River both
+//     with its default fetch settings and tuned as its own `river bench`
+//     tunes it), with the CPU each side spends (in-process workers, so the
+//     profile sees them);
+//   - the dispatcher alone against raw publishing with confirms, and the raw
+//     broker publishing, consuming, and doing both at once;
 //   - latency per hop at half the measured throughput, from the event trail
 //     and the hop histograms;
 //   - the claim rate with 10 thousand, 1 million and 10 million rows present;
@@ -139,8 +142,9 @@ type results struct {
 	raw      []rawResult
 	disp     []dispatchResult
 	e2e      map[int][]e2eResult
-	sink     []e2eResult // the headline worker count, in-process sink instead of the fake SMS provider
-	river    map[int][]riverResult
+	sink     []e2eResult           // the headline worker count, in-process sink instead of the fake SMS provider
+	river    map[int][]riverResult // River with MaxWorkers riverPerWorker and default fetch settings
+	tuned    map[int][]riverResult // River configured as `river bench` configures its client
 	latency  []latencyResult
 	procs    []procResult
 	scale    []scaleResult
@@ -177,7 +181,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}, spent: map[string]time.Duration{}}
+	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}, tuned: map[int][]riverResult{}, spent: map[string]time.Duration{}}
 	start := time.Now()
 	mark := time.Now()
 	lap := func(section string) { r.spent[section] += time.Since(mark); mark = time.Now() }
@@ -221,7 +225,7 @@ func run(ctx context.Context, o options) error {
 			if err != nil {
 				return fmt.Errorf("raw broker: %w", err)
 			}
-			fmt.Printf("  raw broker: publish %.0f msg/s, consume %.0f msg/s\n", rr.PublishRate, rr.ConsumeRate)
+			fmt.Printf("  raw broker: publish %.0f msg/s, consume %.0f msg/s, both at once %.0f msg/s\n", rr.PublishRate, rr.ConsumeRate, rr.BothRate)
 			r.raw = append(r.raw, rr)
 			lap("raw")
 		}
@@ -256,12 +260,18 @@ func run(ctx context.Context, o options) error {
 					r.sink = append(r.sink, sr)
 				}
 				lap("e2e")
-				vr, err := riverRun(ctx, e, o.nFor(k), k)
-				if err != nil {
-					return fmt.Errorf("river, %d workers: %w", k, err)
+				for _, cfg := range []riverConfig{riverDefault, riverTuned} {
+					vr, err := riverRun(ctx, e, o.nFor(k), k, cfg)
+					if err != nil {
+						return fmt.Errorf("%s, %d workers: %w", cfg, k, err)
+					}
+					fmt.Printf("  %s, %d clients, n=%d: %.0f jobs/s (%s)\n", cfg, k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
+					if cfg == riverTuned {
+						r.tuned[k] = append(r.tuned[k], vr)
+					} else {
+						r.river[k] = append(r.river[k], vr)
+					}
 				}
-				fmt.Printf("  river, %d clients, n=%d: %.0f jobs/s (%s)\n", k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
-				r.river[k] = append(r.river[k], vr)
 				lap("river")
 			}
 		}

@@ -257,7 +257,7 @@ const maxPasses = 5
 
 // dispatchUntilDone runs dispatcher passes until one succeeds, as the
 // dispatcher's loop (or its CronJob) would at its next tick: a failed pass
-// leaves its rows leased (their messages, if published, are still worked)
+// leaves its rows enqueued (their messages, if published, are still worked)
 // and the rest pending for the next pass. It returns the failed passes'
 // errors, and an error once maxPasses have failed.
 func dispatchUntilDone(ctx context.Context, d *dispatch.Dispatcher) ([]string, error) {

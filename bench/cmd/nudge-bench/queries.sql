@@ -10,8 +10,10 @@
 SELECT count(*) FROM reminders WHERE state IN ('delivered', 'failed', 'expired', 'canceled');
 
 -- name: StateCounts
--- How many reminders are enqueued or past it, and how many are terminal.
-SELECT count(*) FILTER (WHERE state NOT IN ('pending', 'leased')),
+-- How many reminders were published (the broker confirmed them: the
+-- dispatcher records one confirmation per batch; each reminder is published
+-- once in these runs), and how many are terminal.
+SELECT (SELECT coalesce(sum(confirmed), 0) FROM publish_confirms),
        count(*) FILTER (WHERE state IN ('delivered', 'failed', 'expired', 'canceled'))
   FROM reminders;
 
@@ -25,7 +27,7 @@ SELECT count(*) FROM river_job WHERE state = 'completed';
 
 -- name: E2ESpan
 -- First claim to last terminal state, from the event trail.
-SELECT min(at) FILTER (WHERE to_state = 'leased'),
+SELECT min(at) FILTER (WHERE from_state = 'pending' AND to_state = 'enqueued'),
        max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
   FROM reminder_events;
 
@@ -33,11 +35,11 @@ SELECT min(at) FILTER (WHERE to_state = 'leased'),
 SELECT min(attempted_at), max(finalized_at) FROM river_job;
 
 -- name: ClaimToTerminal
--- Per reminder, first leased event to terminal event (ms): p50, p99, max.
+-- Per reminder, its claim event to its terminal event (ms): p50, p99, max.
 WITH l AS (
     SELECT reminder_id,
            max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
-         - min(at) FILTER (WHERE to_state = 'leased') AS d
+         - min(at) FILTER (WHERE from_state = 'pending' AND to_state = 'enqueued') AS d
       FROM reminder_events GROUP BY reminder_id)
 SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
@@ -55,48 +57,40 @@ UPDATE reminders SET due_at = due_at + (@start::timestamptz - @seeded::timestamp
                      deadline = deadline + (@start::timestamptz - @seeded::timestamptz);
 
 -- name: Hops
--- Per reminder, the time of each step from the event trail: due_at (the
--- row), leased (the dispatcher's claim, at the claim statement's start),
--- enqueued (the dispatcher's clock once the broker confirmed the whole
--- batch, before recording it), sending (the worker's claim of the attempt)
--- and the terminal state (the worker's clock before recording the outcome).
--- MarkEnqueued only moves rows still leased, so a reminder whose worker
--- claimed the attempt first (the message overtakes the record; the design
--- allows it) has no enqueued event of its own: it takes its batch's, the
--- rows of one claim statement sharing its leased time and one confirm time,
--- and its enqueue→start is then below zero. A batch with no enqueued event
--- at all (its MarkEnqueued failed, or every row was overtaken) has no
--- enqueue time. Each hop's count, how many were below zero, p50, p99 and
--- max in ms; then, on every row, how many reminders were overtaken and how
--- many have no enqueue time.
+-- Per reminder, the time of each step: due_at (the row), claimed (the
+-- dispatcher's claim event, at the claim statement's start), enqueued (its
+-- batch's publish confirmation: the dispatcher's clock once the broker
+-- confirmed the whole batch, before it records it), sending (the worker's
+-- claim of the attempt) and the terminal state (the worker's clock before
+-- recording the outcome). A worker may claim a message before its batch's
+-- confirmation is recorded (the design allows it: the message proves the
+-- publish), so enqueue→start can be below zero. Each hop's count, how many
+-- were below zero, p50, p99 and max in ms; then, on every row, how many
+-- reminders a worker started before their batch's confirmation, and how
+-- many have no confirmation recorded (their dispatcher pass failed).
 WITH ev AS (
-    SELECT m.due_at,
-           min(e.at) FILTER (WHERE e.to_state = 'leased') AS leased,
-           min(e.at) FILTER (WHERE e.to_state = 'enqueued') AS enqueued,
+    SELECT m.due_at, c.confirmed_at AS enqueued,
+           min(e.at) FILTER (WHERE e.from_state = 'pending' AND e.to_state = 'enqueued') AS claimed,
            min(e.at) FILTER (WHERE e.to_state = 'sending') AS started,
            max(e.at) FILTER (WHERE e.to_state IN ('delivered', 'failed', 'expired', 'canceled')) AS done
-      FROM reminders m JOIN reminder_events e ON e.reminder_id = m.id
-     GROUP BY m.id, m.due_at
-), batch AS (
-    SELECT leased, min(enqueued) AS enqueued FROM ev GROUP BY leased
-), r AS (
-    SELECT ev.due_at, ev.leased, coalesce(ev.enqueued, b.enqueued) AS enqueued, ev.started, ev.done,
-           ev.enqueued IS NULL AS overtaken
-      FROM ev LEFT JOIN batch b ON b.leased = ev.leased
+      FROM reminders m
+      JOIN reminder_events e ON e.reminder_id = m.id
+      LEFT JOIN publish_confirms c ON c.batch = m.dispatch_batch
+     GROUP BY m.id, m.due_at, c.confirmed_at
 ), h AS (
-    SELECT 'due_to_claim' AS hop, leased - due_at AS d FROM r
-    UNION ALL SELECT 'claim_to_enqueue', enqueued - leased FROM r
-    UNION ALL SELECT 'enqueue_to_start', started - enqueued FROM r
-    UNION ALL SELECT 'start_to_terminal', done - started FROM r
-    UNION ALL SELECT 'enqueue_to_terminal', done - enqueued FROM r
-    UNION ALL SELECT 'end_to_end', done - due_at FROM r
+    SELECT 'due_to_claim' AS hop, claimed - due_at AS d FROM ev
+    UNION ALL SELECT 'claim_to_enqueue', enqueued - claimed FROM ev
+    UNION ALL SELECT 'enqueue_to_start', started - enqueued FROM ev
+    UNION ALL SELECT 'start_to_terminal', done - started FROM ev
+    UNION ALL SELECT 'enqueue_to_terminal', done - enqueued FROM ev
+    UNION ALL SELECT 'end_to_end', done - due_at FROM ev
 )
 SELECT hop, count(d), count(*) FILTER (WHERE d < interval '0'),
        extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM max(d)) * 1000,
-       (SELECT count(*) FILTER (WHERE overtaken) FROM r),
-       (SELECT count(*) FILTER (WHERE enqueued IS NULL) FROM r)
+       (SELECT count(*) FILTER (WHERE started < enqueued) FROM ev),
+       (SELECT count(*) FILTER (WHERE enqueued IS NULL) FROM ev)
   FROM h GROUP BY hop;
 
 -- name: StreamSpan
@@ -179,5 +173,5 @@ SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU')
   FROM pg_stat_activity
  WHERE state = 'active' AND pid <> pg_backend_pid() AND datname = current_database();
 
--- name: LeasedSample
-SELECT id, fence FROM reminders WHERE state = 'leased' LIMIT 500;
+-- name: EnqueuedSample
+SELECT id, fence FROM reminders WHERE state = 'enqueued' ORDER BY id LIMIT 50;
