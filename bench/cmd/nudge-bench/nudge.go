@@ -139,7 +139,7 @@ type dispatchResult struct {
 }
 
 // dispatcherAlone runs one dispatcher pass over n due reminders with no
-// worker consuming: claim + publish (confirms) + record enqueued.
+// worker consuming: claim + publish (confirms) + record the publish confirmations.
 func dispatcherAlone(ctx context.Context, e *env, n int) (dispatchResult, error) {
 	var res dispatchResult
 	s, err := setupNudge(ctx, e, n, nil)

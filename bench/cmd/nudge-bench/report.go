@@ -253,7 +253,7 @@ func report(o options, m machine, r results) error {
 
 	// ------------------------------------------------------------ dispatcher vs raw
 	p("## 2. Dispatcher alone vs raw broker\n\n")
-	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch) + sign + publish with confirms and `mandatory` + record `enqueued`; rate = enqueued / run time.\n", thousands(o.nOther))
+	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch: rows to `enqueued` under a dispatch lease) + sign + publish with confirms and `mandatory` + record the batch's publish confirmation (one row per batch); rate = confirmed / run time.\n", thousands(o.nOther))
 	p("Raw broker: N persistent 100-byte messages to a quorum queue of its own, publisher confirms in windows of %d; then consumed with manual acks (one `basic.ack` per message, prefetch %d). ", o.window, o.window)
 	p("Then at once, on another quorum queue of its own: a publisher (same messages, same confirm windows) and a consumer (same acks and prefetch, subscribed before the first publish), each over a connection of its own, N messages through (the issue's 17,000 msg/s reference); rate = N / (first publish → last ack).\n\n")
 	p("| measurement | median | min | max |\n|---|---|---|---|\n")
@@ -384,7 +384,7 @@ func reportLatency(p func(string, ...any), o options, r results) {
 		p("| %s | %s | %s | %s | %.1f%% |\n", name, fmtR(p50, 1), fmtR(p99, 1), fmtR(mx, 1), neg.Median)
 	}
 	p("\n")
-	p("The same hops from the histograms the dispatcher and the workers recorded (`nudge_hop_latency_seconds`): the processes' own view, the one Prometheus alerts on. Its buckets (10 ms, 50 ms, 100 ms, 250 ms, …) only say which bucket a quantile falls in (median over runs); the share at or under 50 ms is exact, 50 ms being a bound. The worker's enqueue→start starts at the envelope's `FirstSeen` (when the dispatcher sealed the message, before publishing), not at the confirm, so it includes the publish and is never negative; the dispatcher observes claim→enqueue only for the rows its `MarkEnqueued` moved, hence fewer samples.\n\n")
+	p("The same hops from the histograms the dispatcher and the workers recorded (`nudge_hop_latency_seconds`): the processes' own view, the one Prometheus alerts on. Its buckets (10 ms, 50 ms, 100 ms, 250 ms, …) only say which bucket a quantile falls in (median over runs); the share at or under 50 ms is exact, 50 ms being a bound. The worker's enqueue→start starts at the envelope's `FirstSeen` (when the dispatcher sealed the message, before publishing), not at the confirm, so it includes the publish and is never negative; the dispatcher observes claim→enqueue for every message the broker confirmed, at the moment it records the batch's confirmation.\n\n")
 	p("| hop (histogram) | samples per run | p50 in bucket | p99 in bucket | ≤ 50 ms median | min | max |\n|---|---|---|---|---|---|---|\n")
 	for _, hop := range []string{metrics.HopDueToClaim, metrics.HopClaimToEnqueue, metrics.HopEnqueueToStart, metrics.HopStartToTerminal} {
 		cnt := pick(r.latency, func(x latencyResult) float64 { return float64(x.Hist[hop].Count) })
