@@ -357,11 +357,15 @@ func showCmd(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			pub, err := ops.PublishOf(ctx, pool, r.ID)
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"reminder": r, "events": evs})
+				return enc.Encode(map[string]any{"reminder": r, "events": evs, "publish": pub})
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			ts := func(t *time.Time) string {
@@ -383,6 +387,13 @@ func showCmd(connect connector) *cobra.Command {
 				fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
 			}
 			fmt.Fprintf(tw, "fence / lease until\t%d / %s\n", r.Fence, ts(r.LeaseUntil))
+			if pub.Batch != nil {
+				confirmed := "publish confirmation not recorded"
+				if pub.ConfirmedAt != nil {
+					confirmed = "publish confirmed " + ts(pub.ConfirmedAt) + " by " + pub.Actor
+				}
+				fmt.Fprintf(tw, "dispatch batch\t%d, %s\n", *pub.Batch, confirmed)
+			}
 			fmt.Fprintf(tw, "idempotency key\t%s\n", r.IdempotencyKey)
 			tw.Flush()
 			fmt.Fprintln(out)

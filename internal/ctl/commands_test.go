@@ -20,6 +20,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/ctl"
+	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
@@ -418,6 +419,9 @@ func TestShow(t *testing.T) {
 	var got struct {
 		Reminder reminder.Reminder `json:"reminder"`
 		Events   []reminder.Event  `json:"events"`
+		Publish  struct {
+			Batch *int64 `json:"batch"`
+		} `json:"publish"`
 	}
 	dec := json.NewDecoder(strings.NewReader(js.stdout))
 	dec.DisallowUnknownFields()
@@ -429,6 +433,23 @@ func TestShow(t *testing.T) {
 	require.Len(t, got.Events, 1)
 	require.Equal(t, reminder.Pending, got.Events[0].To)
 	require.Equal(t, "scheduled", got.Events[0].Reason)
+	require.Nil(t, got.Publish.Batch, "never dispatched")
+	require.NotContains(t, res.stdout, "dispatch batch")
+
+	// Dispatched: the claim's batch, then the broker's confirmation of it.
+	st := store.New(b.db.Pool)
+	at := time.Date(2026, 8, 12, 9, 0, 1, 0, time.UTC)
+	claimed, err := st.ClaimDue(context.Background(), at, at, 10, time.Minute, "dispatcher-7")
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	res = b.run("show", strconv.FormatInt(id, 10))
+	require.NoError(t, res.err)
+	require.Regexp(t, fmt.Sprintf(`(?m)^dispatch batch\s+%d, publish confirmation not recorded$`, claimed[0].Batch), res.stdout)
+	require.NoError(t, st.ConfirmPublished(context.Background(), at, map[int64]int{claimed[0].Batch: 1}, "dispatcher-7"))
+	res = b.run("show", strconv.FormatInt(id, 10))
+	require.NoError(t, res.err)
+	require.Regexp(t, fmt.Sprintf(`(?m)^dispatch batch\s+%d, publish confirmed 2026-08-12T09:00:01Z by dispatcher-7$`, claimed[0].Batch), res.stdout)
+	require.Regexp(t, `(?m)^\S+\s+pending\s+enqueued\s+1\s+dispatcher-7\s+claimed for dispatch$`, res.stdout)
 
 	for _, tc := range []struct {
 		args []string

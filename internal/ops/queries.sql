@@ -167,3 +167,12 @@ SELECT at FROM reminder_events
 INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error)
 VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released, @out_of_budget,
         nullif(@error::text, ''));
+
+-- name: PublishOf
+-- A reminder's current dispatch batch and, when the dispatcher recorded it,
+-- that batch's publish confirmation (recorded per batch since schema
+-- version 7, so it is not among the reminder's events).
+SELECT r.dispatch_batch, c.confirmed_at, coalesce(c.actor, '')
+  FROM reminders r
+  LEFT JOIN publish_confirms c ON c.batch = r.dispatch_batch
+ WHERE r.id = @id;

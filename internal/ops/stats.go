@@ -275,3 +275,21 @@ func RecordDispatchRun(ctx context.Context, q Querier, r DispatchRun) error {
 	}
 	return nil
 }
+
+// Publish is a reminder's current dispatch batch and that batch's publish
+// confirmation. Batch is nil for a reminder never dispatched (or released
+// since); ConfirmedAt is nil while the confirmation is not recorded.
+type Publish struct {
+	Batch       *int64     `json:"batch,omitempty"`
+	ConfirmedAt *time.Time `json:"confirmed_at,omitempty"`
+	Actor       string     `json:"actor,omitempty"`
+}
+
+// PublishOf reads the dispatch batch of reminder id and its confirmation.
+func PublishOf(ctx context.Context, q Querier, id int64) (Publish, error) {
+	var p Publish
+	if err := q.QueryRow(ctx, query("PublishOf"), pgx.NamedArgs{"id": id}).Scan(&p.Batch, &p.ConfirmedAt, &p.Actor); err != nil {
+		return p, fmt.Errorf("reading the publish confirmation of reminder %d: %w", id, err)
+	}
+	return p, nil
+}
