@@ -242,6 +242,38 @@ func TestDispatchLeaseResolvedByPublishConfirmation(t *testing.T) {
 	require.Equal(t, [2]int{0, 0}, [2]int{released, cleared})
 }
 
+// During a rollout, dispatchers of schema version 6 and earlier still claim
+// into leased (and move leased → enqueued row by row): the reconciler of
+// this version returns such a row to pending when its lease runs out, and a
+// worker of this version accepts its message.
+func TestLeasedRowsOfAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	orphan := b.schedule(t, "orphan", now.Add(-time.Minute), now.Add(time.Hour))
+	inFlight := b.schedule(t, "in-flight", now.Add(-time.Minute), now.Add(time.Hour))
+	// What a version-6 ClaimDue leaves behind.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'leased', fence = 1,
+		lease_until = CASE key WHEN 'orphan' THEN $1::timestamptz ELSE $2::timestamptz END`,
+		now.Add(-time.Second), now.Add(time.Minute))
+	require.NoError(t, err)
+
+	released, cleared, err := b.st.ResolveExpiredLeases(ctx, now, 100, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, [2]int{1, 0}, [2]int{released, cleared})
+	r := b.get(t, orphan)
+	require.Equal(t, reminder.Pending, r.State)
+	require.Equal(t, int64(2), r.Fence)
+	require.Equal(t, "dispatch lease expired", b.lastEvent(t, orphan).Reason)
+
+	got, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: inFlight, Fence: 1}}, time.Minute, "w")
+	require.NoError(t, err)
+	require.Contains(t, got, inFlight)
+	require.Equal(t, reminder.Sending, b.get(t, inFlight).State)
+	require.Equal(t, reminder.Leased, b.lastEvent(t, inFlight).From)
+}
+
 // enqueue takes every due pending reminder to enqueued, with its publish
 // confirmed, and returns the fence of id.
 func (b bundle) enqueue(t *testing.T, id int64) int64 {
