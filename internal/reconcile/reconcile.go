@@ -181,7 +181,8 @@ func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 func (r *Reconciler) logClean(cs retention.Summary, err error) {
 	for kind, n := range map[string]int64{"payloads": cs.Purged, "attempts": cs.AttemptsDeleted,
 		"reminders": cs.RemindersDeleted, "events": cs.EventsDeleted, "audit": cs.AuditDeleted,
-		"dispatch_runs": cs.RunsDeleted, "publish_confirms": cs.ConfirmsDeleted} {
+		"dispatch_runs": cs.RunsDeleted, "publish_confirms": cs.ConfirmsDeleted,
+		"rate_flows": cs.FlowsDeleted} {
 		r.Metrics.Retention(kind, n)
 	}
 	ev := r.Log.Info()

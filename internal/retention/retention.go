@@ -145,6 +145,8 @@ type Summary struct {
 	AuditDeleted    int64
 	RunsDeleted     int64
 	ConfirmsDeleted int64
+	// FlowsDeleted are rate-limit flows idle for IdleFlowAfter.
+	FlowsDeleted int64
 	// Statements the pass ran.
 	Statements int
 	// More is set when a kind stopped at MaxBatches with work left.
@@ -155,7 +157,7 @@ type Summary struct {
 // Total is every row the pass changed or removed.
 func (s Summary) Total() int64 {
 	return s.Purged + s.AttemptsDeleted + s.RemindersDeleted + s.EventsDeleted + s.AuditDeleted + s.RunsDeleted +
-		s.ConfirmsDeleted
+		s.ConfirmsDeleted + s.FlowsDeleted
 }
 
 const terminal = `('delivered', 'failed', 'expired', 'canceled')`
@@ -252,6 +254,23 @@ WITH del AS (
 )
 SELECT count(*) FROM del`
 
+// IdleFlowAfter is how long a rate-limit flow (a channel's tenant on a
+// provider account) must have been idle before its row is deleted: its last
+// ask, its pacing state and its last deferred turn all that old. Its state
+// only matters for seconds; the row costs every reservation on the account a
+// read, so tenants that stopped sending must not keep one.
+const IdleFlowAfter = 24 * time.Hour
+
+const deleteIdleFlowsSQL = `
+WITH del AS (
+    DELETE FROM rate_flows WHERE (account, flow) IN (
+        SELECT account, flow FROM rate_flows
+         WHERE last_ask < @before AND tat < @before AND queue_tat < @before AND waiting < @before
+         LIMIT @limit)
+    RETURNING 1
+)
+SELECT count(*) FROM del`
+
 // Pass runs one bounded retention pass.
 func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 	c.mu.Lock()
@@ -276,6 +295,7 @@ func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 		{"deleting operator audit rows", deleteAuditSQL, cfg.EventAfter, []*int64{&sum.AuditDeleted}},
 		{"deleting dispatch runs", deleteRunsSQL, cfg.ReminderAfter, []*int64{&sum.RunsDeleted}},
 		{"deleting publish confirmations", deleteConfirmsSQL, cfg.ReminderAfter, []*int64{&sum.ConfirmsDeleted}},
+		{"deleting idle rate-limit flows", deleteIdleFlowsSQL, IdleFlowAfter, []*int64{&sum.FlowsDeleted}},
 	}
 	for _, st := range steps {
 		if err := c.batches(ctx, cfg, &sum, st.what, st.sql, st.window, st.counts); err != nil {

@@ -257,6 +257,48 @@ func TestPassIsBounded(t *testing.T) {
 	require.Zero(t, count(t, b.db, `SELECT count(*) FROM reminder_events`))
 }
 
+// Rate-limit flows idle for a day go; a flow that asked recently, or whose
+// pacing or deferred turns reach into the last day, stays. Old publish
+// confirmations go with the dispatch runs.
+func TestIdleFlowsAndOldConfirmationsAreDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, retention.Config{})
+	ctx := context.Background()
+	old := b.now.Add(-retention.IdleFlowAfter - time.Minute)
+	recent := b.now.Add(-time.Hour)
+	for _, f := range []struct {
+		flow                          string
+		lastAsk, tat, queueTat, waits time.Time
+	}{
+		{"sms:idle", old, old, old, old},
+		{"sms:asked-lately", recent, old, old, old},
+		{"sms:turn-pending", old, old, old, b.now.Add(time.Hour)},
+		{"sms:paced-ahead", old, old, recent, old},
+	} {
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO rate_flows (account, flow, cap, tat, queue_tat, waiting, last_ask, share)
+			VALUES ('sms', $1, NULL, $2, $3, $4, $5, 10)`, f.flow, f.tat, f.queueTat, f.waits, f.lastAsk)
+		require.NoError(t, err)
+	}
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO publish_confirms (batch, confirmed_at, actor, confirmed)
+		VALUES (1, $1, 'd', 500), (2, $2, 'd', 500)`, b.now.Add(-40*day), b.now.Add(-day))
+	require.NoError(t, err)
+
+	sum, err := b.c.Pass(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, sum.FlowsDeleted)
+	require.EqualValues(t, 1, sum.ConfirmsDeleted)
+	rows, err := b.db.Pool.Query(ctx, `SELECT flow FROM rate_flows ORDER BY flow`)
+	require.NoError(t, err)
+	flows, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"sms:asked-lately", "sms:paced-ahead", "sms:turn-pending"}, flows)
+	require.Equal(t, 1, count(t, b.db, `SELECT count(*) FROM publish_confirms WHERE batch = 2`))
+
+	sum, err = b.c.Pass(ctx)
+	require.NoError(t, err)
+	require.Zero(t, sum.Total())
+}
+
 // A purged reminder cannot be replayed.
 func TestPurgedReminderIsNotReplayable(t *testing.T) {
 	t.Parallel()
