@@ -668,6 +668,31 @@ func TestDeferRestartsEachRowsClockAtItsTurn(t *testing.T) {
 	require.ErrorContains(t, err, "2 untils for 3 reminders")
 }
 
+// A deferred message proves its publish: Defer clears the dispatch lease, so
+// a batch whose confirmation was never recorded is not returned to pending
+// (and published again under a new fence) while its message waits its turn.
+func TestDeferClearsTheDispatchLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+	claimed, err := b.st.ClaimDue(ctx, now, now, 10, time.Minute, "d") // no confirmation recorded
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	moved, err := b.st.Defer(ctx, now, []store.Fenced{{ID: id, Fence: claimed[0].Fence}}, []time.Time{now.Add(5 * time.Minute)})
+	require.NoError(t, err)
+	require.True(t, moved[id])
+	require.Nil(t, b.get(t, id).LeaseUntil)
+
+	released, cleared, err := b.st.ResolveExpiredLeases(ctx, now.Add(2*time.Minute), 100, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, [2]int{0, 0}, [2]int{released, cleared})
+	r := b.get(t, id)
+	require.Equal(t, reminder.Enqueued, r.State)
+	require.Equal(t, claimed[0].Fence, r.Fence, "the deferred message stays current")
+}
+
 // One statement claims what ClaimAttempts would and returns every named row
 // as it was before the claim, so the worker can tell why one was not claimed.
 func TestClaimForDeliveryClaimsAndExplains(t *testing.T) {

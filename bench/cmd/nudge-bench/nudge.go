@@ -272,9 +272,6 @@ func dispatchUntilDone(ctx context.Context, d *dispatch.Dispatcher) ([]string, e
 	return failed, fmt.Errorf("%d dispatcher passes failed, the last with: %s", maxPasses, failed[len(failed)-1])
 }
 
-// nudgeE2E runs k in-process SMS workers against an instant fake SMS
-// provider and one dispatcher pass over n due reminders, and measures from
-// the first claim to the last terminal state (both from the event trail).
 // nudgeE2E runs n reminders through one dispatcher pass and k workers,
 // sending to the fake SMS provider over HTTP, or with sink to an in-process
 // sink (no HTTP hop: the like-for-like comparison with River's no-op jobs).
