@@ -19,6 +19,7 @@ services:
 
 ## test: vet, then every test against the real PostgreSQL, RabbitMQ and Mailpit
 test: services
+	scripts/check-tracked-files.sh
 	go vet ./...
 	go test -race -count=1 -timeout 15m -skip '^TestFleetWideRateLimit$$' ./...
 	$(MAKE) test-ratelimit
