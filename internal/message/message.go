@@ -25,6 +25,17 @@ const (
 	HeaderSignature = "x-nudge-sig"
 )
 
+// Header names a worker adds to a dead letter, beside the broker's own
+// x-death. The dead-letter tools read them from whatever worker version
+// wrote the message, so a name never changes once released.
+const (
+	HeaderReason       = "x-nudge-reason"
+	HeaderReminderID   = "x-nudge-reminder-id"
+	HeaderReceiveCount = "x-nudge-receive-count"
+	HeaderFirstSeen    = "x-nudge-first-seen"
+	HeaderDeadline     = "x-nudge-deadline"
+)
+
 // Envelope is a message body.
 type Envelope struct {
 	// ReminderID is the reminders row this message points at.

@@ -16,17 +16,6 @@ import (
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
-// Headers the worker puts on a dead letter (internal/worker, process.go).
-// They are repeated here rather than imported: ops reads what is in the
-// queue, whichever worker version wrote it.
-const (
-	headerReason       = "x-nudge-reason"
-	headerReminderID   = "x-nudge-reminder-id"
-	headerReceiveCount = "x-nudge-receive-count"
-	headerFirstSeen    = "x-nudge-first-seen"
-	headerDeadline     = "x-nudge-deadline"
-)
-
 // Errors reading a dead-letter queue.
 var (
 	// ErrDLQBusy: another consumer (another operator's nudgectl) is reading
@@ -283,7 +272,7 @@ func isAMQPCode(err error, code int) bool {
 func (d DLQ) parse(dv amqp.Delivery, pos int) *DeadLetter {
 	m := &DeadLetter{
 		Position: pos, MessageID: dv.MessageId, Headers: dv.Headers, Body: string(dv.Body), tag: dv.DeliveryTag,
-		Reason: headerString(dv.Headers, headerReason), ReceiveCount: headerInt(dv.Headers, headerReceiveCount),
+		Reason: headerString(dv.Headers, message.HeaderReason), ReceiveCount: headerInt(dv.Headers, message.HeaderReceiveCount),
 		Reads: headerInt(dv.Headers, "x-delivery-count"),
 	}
 	if m.Reason == "" {
@@ -294,8 +283,8 @@ func (d DLQ) parse(dv amqp.Delivery, pos int) *DeadLetter {
 			}
 		}
 	}
-	m.FirstSeen = headerTime(dv.Headers, headerFirstSeen)
-	m.Deadline = headerTime(dv.Headers, headerDeadline)
+	m.FirstSeen = headerTime(dv.Headers, message.HeaderFirstSeen)
+	m.Deadline = headerTime(dv.Headers, message.HeaderDeadline)
 	var env message.Envelope
 	_ = json.Unmarshal(dv.Body, &env) // a hint only, unless it verifies
 	m.Tenant, m.Fence = env.Tenant, env.Fence
@@ -305,7 +294,7 @@ func (d DLQ) parse(dv amqp.Delivery, pos int) *DeadLetter {
 	if m.Deadline == nil && !env.Deadline.IsZero() {
 		m.Deadline = &env.Deadline
 	}
-	hdrID, _ := strconv.ParseInt(headerString(dv.Headers, headerReminderID), 10, 64)
+	hdrID, _ := strconv.ParseInt(headerString(dv.Headers, message.HeaderReminderID), 10, 64)
 	var verifiedID int64
 	if d.Keys != nil {
 		if e, err := d.Keys.Open(dv.Body, dv.Headers); err == nil {

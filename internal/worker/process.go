@@ -41,15 +41,6 @@ type item struct {
 	sendAt time.Time
 }
 
-// Headers on dead letters, beside the broker's own x-death.
-const (
-	HeaderReason       = "x-nudge-reason"
-	HeaderReminderID   = "x-nudge-reminder-id"
-	HeaderReceiveCount = "x-nudge-receive-count"
-	HeaderFirstSeen    = "x-nudge-first-seen"
-	HeaderDeadline     = "x-nudge-deadline"
-)
-
 // process takes a batch from message to acknowledgement. Fresh deliveries
 // go through together; redelivered ones (a consumer died or gave them back)
 // one at a time, so a message that crashes its consumer cannot take a whole
@@ -858,14 +849,14 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
 		headers[k] = v
 	}
 	count := deliveryCount(d) + 1
-	headers[HeaderReason] = reason
-	headers[HeaderReceiveCount] = count
+	headers[message.HeaderReason] = reason
+	headers[message.HeaderReceiveCount] = count
 	if it.env.ReminderID != 0 {
-		headers[HeaderReminderID] = strconv.FormatInt(it.env.ReminderID, 10)
-		headers[HeaderDeadline] = it.env.Deadline.UTC().Format(time.RFC3339)
-		headers[HeaderFirstSeen] = it.env.FirstSeen.UTC().Format(time.RFC3339)
+		headers[message.HeaderReminderID] = strconv.FormatInt(it.env.ReminderID, 10)
+		headers[message.HeaderDeadline] = it.env.Deadline.UTC().Format(time.RFC3339)
+		headers[message.HeaderFirstSeen] = it.env.FirstSeen.UTC().Format(time.RFC3339)
 	} else {
-		headers[HeaderFirstSeen] = w.clock.Now().UTC().Format(time.RFC3339)
+		headers[message.HeaderFirstSeen] = w.clock.Now().UTC().Format(time.RFC3339)
 	}
 	out := broker.Outgoing{
 		Exchange:   w.topo.DeadExchange(),

@@ -294,9 +294,9 @@ func TestUnverifiableMessagesAreDeadLetteredNotProcessed(t *testing.T) {
 	dead := b.drainDead(t, 4)
 	reasons := map[string]string{}
 	for _, d := range dead {
-		reasons[d.MessageId] = d.Headers[worker.HeaderReason].(string)
-		require.EqualValues(t, 1, d.Headers[worker.HeaderReceiveCount])
-		require.NotEmpty(t, d.Headers[worker.HeaderFirstSeen])
+		reasons[d.MessageId] = d.Headers[message.HeaderReason].(string)
+		require.EqualValues(t, 1, d.Headers[message.HeaderReceiveCount])
+		require.NotEmpty(t, d.Headers[message.HeaderFirstSeen])
 	}
 	require.Equal(t, "unverifiable: message is not signed", reasons["unsigned"])
 	require.Equal(t, "unverifiable: message signature does not verify", reasons["tampered"])
@@ -398,11 +398,11 @@ func TestPoisonSendIsQuarantinedWhileHealthyWorkFlows(t *testing.T) {
 	}
 	dead := b.drainDead(t, 1)
 	h := dead[0].Headers
-	require.Equal(t, strconv.FormatInt(res.ID, 10), h[worker.HeaderReminderID])
-	require.Contains(t, h[worker.HeaderReason], "panicked")
-	require.EqualValues(t, 1, h[worker.HeaderReceiveCount])
-	require.Equal(t, r.Deadline.UTC().Format(time.RFC3339), h[worker.HeaderDeadline])
-	require.NotEmpty(t, h[worker.HeaderFirstSeen])
+	require.Equal(t, strconv.FormatInt(res.ID, 10), h[message.HeaderReminderID])
+	require.Contains(t, h[message.HeaderReason], "panicked")
+	require.EqualValues(t, 1, h[message.HeaderReceiveCount])
+	require.Equal(t, r.Deadline.UTC().Format(time.RFC3339), h[message.HeaderDeadline])
+	require.NotEmpty(t, h[message.HeaderFirstSeen])
 	require.Len(t, b.sms.Messages(), 20)
 }
 
@@ -438,8 +438,8 @@ func TestMessageRedeliveredTooOftenIsQuarantined(t *testing.T) {
 	r := b.waitState(t, id, reminder.Quarantined)
 	require.Equal(t, "delivered 4 times without an outcome", r.Reason)
 	dead := b.drainDead(t, 1)
-	require.EqualValues(t, 4, dead[0].Headers[worker.HeaderReceiveCount])
-	require.Equal(t, strconv.FormatInt(id, 10), dead[0].Headers[worker.HeaderReminderID])
+	require.EqualValues(t, 4, dead[0].Headers[message.HeaderReceiveCount])
+	require.Equal(t, strconv.FormatInt(id, 10), dead[0].Headers[message.HeaderReminderID])
 	require.Empty(t, b.sms.Attempts(), "nothing was sent")
 }
 
