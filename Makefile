@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nudgehq/nudge/internal/config.Version=$(VERSION)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test test-ratelimit test-deploy test-short demo services vet fmt clean chaos chaos-short bench
+.PHONY: all build lint test test-ratelimit test-deploy test-short demo services fmt clean chaos chaos-short bench
 
 all: build
 
@@ -17,14 +17,22 @@ build:
 services:
 	scripts/ensure-services.sh
 
-## test: vet, then every test against the real PostgreSQL, RabbitMQ and Mailpit
-test: services
-	scripts/check-tracked-files.sh
-	go vet ./...
+## test: lint, then every test against the real PostgreSQL, RabbitMQ and Mailpit
+test: services lint
 	go test -race -count=1 -timeout 15m -skip '^TestFleetWideRateLimit$$' ./...
 	$(MAKE) test-ratelimit
 	$(MAKE) chaos-short
 	$(MAKE) test-deploy
+
+## lint: no tracked build output or file over 1 MiB, then go vet and staticcheck
+## on this module and deploy/check (staticcheck's version is pinned here; the
+## Go module proxy serves it, nothing else needs installing)
+STATICCHECK := go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	scripts/check-tracked-files.sh
+	go vet ./...
+	$(STATICCHECK) ./...
+	cd deploy/check && go vet ./... && $(STATICCHECK) ./...
 
 ## test-ratelimit: the fleet-wide rate-limit acceptance test (four SMS worker
 ## processes, provider-side one-second windows, fair share); it measures the
@@ -64,9 +72,6 @@ BENCH_N_OTHER ?= 10000
 BENCH_RUNS ?= 3
 bench: services
 	cd bench && go run ./cmd/nudge-bench -n $(BENCH_N) -n-other $(BENCH_N_OTHER) -runs $(BENCH_RUNS)
-
-vet:
-	go vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
