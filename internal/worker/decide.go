@@ -91,6 +91,15 @@ type verdict struct {
 	err string
 }
 
+// String shows every field, for test failures and debug logs.
+func (v verdict) String() string {
+	s := v.kind.String()
+	if !v.at.IsZero() {
+		s += " at " + v.at.Format(time.RFC3339Nano)
+	}
+	return s + fmt.Sprintf(" reason=%q code=%q attempt=%q err=%q", v.reason, v.code, v.attempt, v.err)
+}
+
 // Reasons and codes shared by more than one verdict.
 const (
 	reasonDeadline    = "deadline reached before the send started"
