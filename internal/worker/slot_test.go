@@ -105,3 +105,28 @@ func TestSendGivesUpWithoutSendingWhenNoSlotComes(t *testing.T) {
 		require.Zero(t, sender.calls.Load(), "nothing reached the provider")
 	}
 }
+
+// The process's own rate limit (Config.Rate) paces claims on the worker's
+// clock: at 1 a second with a burst of 1, a second send waits for the clock
+// to move a second.
+func TestLocalRateLimitWaitsOnTheClock(t *testing.T) {
+	t.Parallel()
+	fc := clock.NewFake(time.Now())
+	w, err := New(Config{Channel: reminder.SMS, Rate: 1}, Deps{Clock: fc, Log: zerolog.Nop()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, w.waitLocal(ctx, 1), "the burst is free")
+	require.Zero(t, fc.Waiters())
+
+	done := make(chan error, 1)
+	go func() { done <- w.waitLocal(ctx, 1) }()
+	require.Eventually(t, func() bool { return fc.Waiters() == 1 }, 10*time.Second, time.Millisecond)
+	fc.Advance(999 * time.Millisecond)
+	require.Equal(t, 1, fc.Waiters(), "not a second yet")
+	fc.Advance(time.Millisecond)
+	require.NoError(t, <-done)
+
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, w.waitLocal(canceled, 1), context.Canceled, "a canceled wait claims nothing")
+}

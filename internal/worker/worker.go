@@ -5,6 +5,13 @@
 // conditional write, sends, records the outcome durably, and only then acks.
 // Messages are processed in batches so that the reads and the fenced writes
 // of many deliveries share one statement each.
+//
+// What to do with a message is decided apart from doing it: decide.go holds
+// every decision as a pure function of the message, the row, the time, the
+// limiter's grant and the provider's answer, tested as a table without
+// services; the effect steps (claim, admit, send, publish, settle) carry the
+// verdicts out through the narrow Store and publisher interfaces. Every wait
+// for time to pass goes through the injected clock, so tests move it.
 package worker
 
 import (
