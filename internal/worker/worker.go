@@ -5,6 +5,13 @@
 // conditional write, sends, records the outcome durably, and only then acks.
 // Messages are processed in batches so that the reads and the fenced writes
 // of many deliveries share one statement each.
+//
+// What to do with a message is decided apart from doing it: decide.go holds
+// every decision as a pure function of the message, the row, the time, the
+// limiter's grant and the provider's answer, tested as a table without
+// services; the effect steps (claim, admit, send, publish, settle) carry the
+// verdicts out through the narrow Store and publisher interfaces. Every wait
+// for time to pass goes through the injected clock, so tests move it.
 package worker
 
 import (
@@ -27,7 +34,6 @@ import (
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/ratelimit"
-	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -126,12 +132,12 @@ type Worker struct {
 	url     string
 	topo    broker.Topology
 	declare bool
-	store   *store.Store
+	store   Store
 	sender  provider.Sender
 	keys    *message.Keyring
 	clock   clock.Clock
 	log     zerolog.Logger
-	pub     *broker.Publisher
+	pub     publisher
 	m       *metrics.Metrics
 	fleet   Limiter
 	limiter *rate.Limiter
@@ -149,7 +155,7 @@ type Worker struct {
 type Deps struct {
 	AMQPURL  string
 	Topology broker.Topology
-	Store    *store.Store
+	Store    Store
 	Sender   provider.Sender
 	Keys     *message.Keyring
 	Clock    clock.Clock
@@ -223,7 +229,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.pub.Close()
 	backoff := 100 * time.Millisecond
 	for {
-		started := time.Now()
+		started := w.clock.Now()
 		err := w.session(ctx)
 		w.ready.Store(false)
 		if ctx.Err() != nil {
@@ -232,14 +238,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		if errors.Is(err, broker.ErrTopologyMissing) {
 			return err
 		}
-		if time.Since(started) > 30*time.Second {
+		if w.clock.Now().Sub(started) > 30*time.Second {
 			backoff = 100 * time.Millisecond
 		}
 		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("broker session ended; reconnecting")
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-clock.After(w.clock, backoff):
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
@@ -345,6 +351,9 @@ loop:
 	} // else: those deliveries died with their channel; the broker redelivers them.
 	close(batches)
 
+	// The grace period and the pause below are on the wall clock, not the
+	// worker's: what they wait for (the kubelet's termination deadline, the
+	// broker settling acks) runs on wall time.
 	finished := make(chan struct{})
 	go func() { wg.Wait(); w.inflight.Wait(); close(finished) }()
 	select {

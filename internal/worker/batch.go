@@ -1,0 +1,178 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/store"
+)
+
+// settlement is how a delivery ends when its batch is settled.
+type settlement int
+
+const (
+	// unsettled: a step failed (database or broker down past its retries)
+	// or was never reached; the message is given back (nack, requeue) and
+	// its redelivery is judged against the row like any other.
+	unsettled settlement = iota
+	// toAck: its durable transition (or a confirmed copy) is done; ack it.
+	toAck
+	// rejected: already rejected to the queue's dead-letter exchange.
+	rejected
+)
+
+// item is one delivery on its way through a batch.
+type item struct {
+	d   amqp.Delivery
+	env message.Envelope
+	row store.Delivery
+	att store.Attempt
+
+	// settled is how the delivery ends; once toAck or rejected no further step applies.
+	settled settlement
+	// out is the attempt's outcome, once sent.
+	out store.Outcome
+	// code is the outcome's short reason ("delivered", "http_503", "deadline").
+	code string
+	// claimedAt is when the attempt was claimed (the worker-start hop).
+	claimedAt time.Time
+	// sendAt is the send slot the rate limiter reserved (zero: at once).
+	sendAt time.Time
+}
+
+// process takes a batch from message to acknowledgement. Fresh deliveries
+// go through together; redelivered ones (a consumer died or gave them back)
+// one at a time, so a message that crashes its consumer cannot take a whole
+// batch down with it again.
+func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
+	var fresh []amqp.Delivery
+	for _, d := range batch {
+		if deliveryCount(d) == 0 {
+			fresh = append(fresh, d)
+			continue
+		}
+		w.processIsolated(ctx, []amqp.Delivery{d})
+	}
+	if len(fresh) > 0 {
+		w.processIsolated(ctx, fresh)
+	}
+}
+
+// deliveryCount is how many times the broker delivered d before (0 on the first delivery).
+func deliveryCount(d amqp.Delivery) int64 {
+	switch v := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		return v
+	case int32:
+		return int64(v)
+	case int:
+		return int64(v)
+	}
+	return 0
+}
+
+func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
+	items := make([]*item, 0, len(batch))
+	var dead []*item
+	defer func() {
+		if p := recover(); p != nil {
+			// A bug met this batch. Give the messages back (a redelivery is
+			// processed alone, and one that keeps failing is quarantined).
+			w.log.Error().Interface("panic", p).Int("batch", len(batch)).Msg("processing panicked; returning the batch")
+			giveBack(append(items, dead...))
+		}
+	}()
+	for _, d := range batch {
+		it := &item{d: d}
+		env, err := w.keys.Open(d.Body, d.Headers)
+		if err == nil {
+			it.env = env
+		}
+		switch v := onReceive(err, env, w.cfg.Channel, deliveryCount(d), w.cfg.PoisonAfter); v.kind {
+		case kindDeadLetter:
+			w.deadLetter(ctx, it, v.reason)
+			dead = append(dead, it)
+		case kindQuarantine:
+			w.quarantine(ctx, it, v.reason)
+			dead = append(dead, it)
+		default:
+			items = append(items, it)
+		}
+	}
+	if len(items) > 0 {
+		if paced := w.deliver(ctx, items); len(paced) > 0 {
+			// Sends that wait for their rate-limit slots finish on their own,
+			// so this batch's consumer slot goes back to work at once; they
+			// are settled when recorded.
+			w.settle(ctx, append(without(items, paced), dead...))
+			w.inflight.Go(func() { w.sendPaced(ctx, paced) })
+			return
+		}
+	}
+	w.settle(ctx, append(items, dead...))
+}
+
+// sendPaced sends claimed attempts at their reserved slots, records the
+// outcomes and settles the messages.
+func (w *Worker) sendPaced(ctx context.Context, items []*item) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error().Interface("panic", p).Int("batch", len(items)).Msg("sending panicked; returning the messages")
+			giveBack(items)
+		}
+	}()
+	w.sendAndRecord(ctx, items)
+	w.settle(ctx, items)
+}
+
+// giveBack returns the unsettled messages to the queue after a panic.
+func giveBack(items []*item) {
+	for _, it := range items {
+		if it.settled == unsettled {
+			_ = it.d.Nack(false, true)
+		}
+	}
+}
+
+// without returns the items not in drop, in order.
+func without(items, drop []*item) []*item { return members(items, drop, false) }
+
+// members returns, in the order of items, those in sel (in) or not in sel (!in).
+func members(items, sel []*item, in bool) []*item {
+	set := make(map[*item]bool, len(sel))
+	for _, it := range sel {
+		set[it] = true
+	}
+	var out []*item
+	for _, it := range items {
+		if set[it] == in {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// settle acks what is done and gives back what is not.
+func (w *Worker) settle(ctx context.Context, items []*item) {
+	if ctx.Err() != nil {
+		return // past the grace period: nothing is acked; the broker redelivers
+	}
+	for _, it := range items {
+		var err error
+		switch it.settled {
+		case toAck:
+			err = it.d.Ack(false)
+		case unsettled:
+			// A step failed (database or broker down past its retries): give
+			// the message back rather than hold it unacked; its redelivery
+			// is judged against the row like any other.
+			err = it.d.Nack(false, true)
+		}
+		if err != nil {
+			w.with(w.log.Warn().Err(err), it).Msg("settling delivery failed; the broker will redeliver")
+		}
+	}
+}

@@ -1,0 +1,317 @@
+package worker
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/ratelimit"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// This file holds every decision the worker takes about a message, as pure
+// functions of what it knows at that moment (the message, the row, the time,
+// the limiter's grant, the provider's answer, a jitter draw) returning a
+// verdict. They read no clock, touch no database or broker and keep no
+// state; the effect steps (claim.go, admit.go, send.go, publish.go) carry
+// the verdicts out, one batched statement or publish per kind. The table in
+// decide_test.go covers every verdict.
+
+// kind is what the worker does with a message.
+type kind int
+
+const (
+	// kindProceed: nothing is decided yet; go on to the next step.
+	kindProceed kind = iota
+	// kindDeadLetter: publish the message to the dead-letter queue with its reason.
+	kindDeadLetter
+	// kindQuarantine: dead-letter the message and park its reminder
+	// (before the send); or record the reminder quarantined (after it).
+	kindQuarantine
+	// kindDiscard: ack without a write; code says why (a metrics.Dup* kind).
+	kindDiscard
+	// kindDefer: not due yet; hand it back through the retry tier covering at (the due time).
+	kindDefer
+	// kindExpire: the deadline is reached (or would be before the next attempt).
+	kindExpire
+	// kindExpireEarly: no rate-limit turn before the deadline; expire it now.
+	kindExpireEarly
+	// kindHop: it already has a rate-limit turn (at) a retry tier or more
+	// ahead; keep waiting without asking the limiter.
+	kindHop
+	// kindWaitTurn: no slot now; record the turn (at) and wait for it in the retry tiers.
+	kindWaitTurn
+	// kindClaim: claim the attempt.
+	kindClaim
+	// kindSend: send, at the slot at (zero: at once).
+	kindSend
+	// kindDelivered: the provider accepted the message.
+	kindDelivered
+	// kindRetry: try again at at, through the retry tiers.
+	kindRetry
+	// kindFail: a permanent failure, or the attempts are exhausted.
+	kindFail
+)
+
+var kindNames = [...]string{
+	kindProceed: "proceed", kindDeadLetter: "dead-letter", kindQuarantine: "quarantine", kindDiscard: "discard",
+	kindDefer: "defer", kindExpire: "expire", kindExpireEarly: "expire-early", kindHop: "hop",
+	kindWaitTurn: "wait-turn", kindClaim: "claim", kindSend: "send", kindDelivered: "delivered",
+	kindRetry: "retry", kindFail: "fail",
+}
+
+func (k kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// verdict is one decision about one message.
+type verdict struct {
+	kind kind
+	// reason is the sentence for the event trail or the dead letter.
+	reason string
+	// code is the short reason for metrics ("delivered", "http_503",
+	// "deadline"); for kindDiscard, the metrics.Dup* kind.
+	code string
+	// at is the time the kind is about: the due time (kindDefer), the turn
+	// (kindHop, kindWaitTurn), the slot (kindSend, zero: at once) or the
+	// next attempt (kindRetry).
+	at time.Time
+	// attempt is how an attempt ended, for the kinds that end one:
+	// "delivered", "retryable" or "permanent".
+	attempt string
+	// err is the provider's error, or why nothing was sent.
+	err string
+}
+
+// String shows every field, for test failures and debug logs.
+func (v verdict) String() string {
+	s := v.kind.String()
+	if !v.at.IsZero() {
+		s += " at " + v.at.Format(time.RFC3339Nano)
+	}
+	return s + fmt.Sprintf(" reason=%q code=%q attempt=%q err=%q", v.reason, v.code, v.attempt, v.err)
+}
+
+// Reasons and codes shared by more than one verdict.
+const (
+	reasonDeadline    = "deadline reached before the send started"
+	reasonRateLimited = "rate_limited: no capacity before the deadline"
+	codeDeadline      = "deadline"
+	codeRateLimited   = "rate_limited"
+	attemptRetryable  = "retryable"
+	attemptPermanent  = "permanent"
+	attemptDelivered  = "delivered"
+)
+
+// onReceive decides about a delivery before its row is read: one that
+// cannot be verified or is on the wrong queue is dead-lettered, one
+// delivered poisonAfter times or more before is quarantined.
+func onReceive(openErr error, env message.Envelope, channel reminder.Channel, deliveredBefore int64, poisonAfter int) verdict {
+	switch {
+	case openErr != nil:
+		return verdict{kind: kindDeadLetter, reason: "unverifiable: " + openErr.Error()}
+	case env.Channel != string(channel):
+		return verdict{kind: kindDeadLetter, reason: fmt.Sprintf("wrong channel %q on the %s queue", env.Channel, channel)}
+	case deliveredBefore >= int64(poisonAfter):
+		return verdict{kind: kindQuarantine, reason: fmt.Sprintf("delivered %d times without an outcome", deliveredBefore+1)}
+	}
+	return verdict{kind: kindProceed}
+}
+
+// onRow decides about a message from its reminder's row as read at now
+// (found false: there is no such row): the row wins over the message.
+func onRow(row store.Delivery, found bool, fence int64, now time.Time) verdict {
+	switch {
+	case !found:
+		return verdict{kind: kindDeadLetter, reason: "unknown reminder"}
+	case row.State.Terminal() || row.Fence != fence:
+		// A decision newer than this message was taken: a cancel or expiry
+		// (superseded), or this message's own earlier delivery (a duplicate
+		// consume, suppressed).
+		if row.State == reminder.Canceled || row.State == reminder.Expired {
+			return verdict{kind: kindDiscard, code: metrics.DupSuperseded}
+		}
+		return verdict{kind: kindDiscard, code: metrics.DupConsume}
+	case !now.Before(row.Deadline):
+		return verdict{kind: kindExpire, reason: reasonDeadline, code: codeDeadline}
+	case row.DueAt.After(now):
+		return verdict{kind: kindDefer, at: row.DueAt}
+	}
+	return verdict{kind: kindClaim}
+}
+
+// lostClaim is the verdict on a message whose claim found the row moved on:
+// another delivery of the same message won it, or it was canceled or
+// expired between the read and the claim.
+func lostClaim() verdict { return verdict{kind: kindDiscard, code: metrics.DupClaim} }
+
+// beforeAsking decides whether a rate-limited message waits on for its turn
+// (notBefore) without asking the limiter: while a retry tier still fits
+// before the turn, asking would only be refused.
+func beforeAsking(notBefore, now time.Time, topo broker.Topology) verdict {
+	if !notBefore.IsZero() && topo.TierAtMost(notBefore.Sub(now)) > 0 {
+		return verdict{kind: kindHop, at: notBefore}
+	}
+	return verdict{kind: kindProceed}
+}
+
+// waiting is what allot needs of a message that asks for a send slot.
+type waiting struct {
+	// notBefore is its turn from an earlier refusal (zero: it is new).
+	notBefore time.Time
+	deadline  time.Time
+}
+
+// serviceOrder returns the indexes of msgs in the order the limiter serves
+// them: messages that waited before first, earliest turn first, then the
+// new ones in arrival order.
+func serviceOrder(msgs []waiting) []int {
+	idx := make([]int, len(msgs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		na, nb := msgs[idx[a]].notBefore, msgs[idx[b]].notBefore
+		if na.IsZero() != nb.IsZero() {
+			return !na.IsZero()
+		}
+		return na.Before(nb)
+	})
+	return idx
+}
+
+// allot decides, from the limiter's grant for one tenant, about each of its
+// messages in service order: the first ones granted are sent at their slots;
+// each of the others gets the turn it can expect (k intervals past the
+// flow's next turn for the k-th that waited before, or past its queue for the
+// k-th new one) and waits for it, or expires now when that turn is at or past
+// its deadline.
+func allot(g ratelimit.Grant, msgs []waiting) []verdict {
+	out := make([]verdict, len(msgs))
+	granted := g.Granted(len(msgs))
+	var waited, queued int
+	for k, m := range msgs {
+		if k < granted {
+			out[k] = verdict{kind: kindSend}
+			if !g.Unlimited {
+				out[k].at = g.Slots[k]
+			}
+			continue
+		}
+		var turn time.Time
+		if m.notBefore.IsZero() {
+			turn = g.QueueAt.Add(time.Duration(queued) * g.Spacing)
+			queued++
+		} else {
+			turn = g.NextAt.Add(time.Duration(waited) * g.Spacing)
+			waited++
+		}
+		if !turn.Before(m.deadline) {
+			out[k] = verdict{kind: kindExpireEarly, reason: reasonRateLimited, code: codeRateLimited}
+			continue
+		}
+		out[k] = verdict{kind: kindWaitTurn, at: turn}
+	}
+	return out
+}
+
+// onSlotMissed decides about a claimed attempt that got no send slot in
+// time: nothing was sent, and the claim counted an attempt. It comes back
+// after the first retry tier, or expires when that is at or past the deadline.
+func onSlotMissed(now, deadline time.Time, firstTier time.Duration) verdict {
+	v := verdict{attempt: attemptRetryable, err: "not sent: no rate-limit slot in time", code: "slot_missed"}
+	next := now.Add(firstTier)
+	if !next.Before(deadline) {
+		v.kind, v.reason = kindExpire, reasonRateLimited
+		return v
+	}
+	v.kind, v.at, v.reason = kindRetry, next, "rate_limited: send slot missed; retrying"
+	return v
+}
+
+// beforeSend decides, at the moment the provider call would start, whether
+// it may: never at or after the deadline.
+func beforeSend(now, deadline time.Time) verdict {
+	if !now.Before(deadline) {
+		return verdict{kind: kindExpire, attempt: attemptRetryable, err: "not sent", reason: reasonDeadline, code: codeDeadline}
+	}
+	return verdict{kind: kindSend}
+}
+
+// retryPolicy is what decides a retry's delay.
+type retryPolicy struct {
+	maxAttempts int
+	base, max   time.Duration
+	topo        broker.Topology
+}
+
+// backoff is bounded exponential backoff with equal jitter (jitter in
+// [0,1)), never shorter than the provider's Retry-After.
+func (p retryPolicy) backoff(attempt int, retryAfter time.Duration, jitter float64) time.Duration {
+	d := p.base << min(attempt-1, 30)
+	if d <= 0 || d > p.max {
+		d = p.max
+	}
+	d = d/2 + time.Duration(jitter*float64(d/2))
+	return max(d, retryAfter)
+}
+
+// onAnswer decides what the provider's answer to attempt number attempt
+// means at now: delivered; a permanent failure; attempts exhausted; a retry
+// at the retry tier covering the backoff; or expired when that retry would
+// come at or after the deadline.
+func onAnswer(sendErr error, attempt int, now, deadline time.Time, p retryPolicy, jitter float64) verdict {
+	if sendErr == nil {
+		return verdict{kind: kindDelivered, attempt: attemptDelivered, reason: "delivered", code: "delivered"}
+	}
+	pe := provider.Classify(sendErr)
+	v := verdict{code: pe.Code, err: pe.Error(), attempt: attemptRetryable}
+	if pe.Kind == provider.Permanent {
+		v.kind, v.attempt, v.reason = kindFail, attemptPermanent, "permanent failure: "+pe.Code
+		return v
+	}
+	if attempt >= p.maxAttempts {
+		v.kind, v.reason = kindFail, fmt.Sprintf("attempts exhausted (%d): %s", attempt, pe.Code)
+		return v
+	}
+	delay := p.topo.Tier(p.backoff(attempt, pe.RetryAfter, jitter))
+	next := now.Add(delay)
+	if !next.Before(deadline) {
+		v.kind, v.reason = kindExpire, "deadline would pass before the next attempt: "+pe.Code
+		return v
+	}
+	v.kind, v.at, v.reason = kindRetry, next, fmt.Sprintf("retry %d in %s: %s", attempt, delay, pe.Code)
+	return v
+}
+
+// onPanic is the verdict on a send that panicked (a bug in the adapter or a
+// template met this reminder): park it for an operator.
+func onPanic(p any) verdict {
+	return verdict{kind: kindQuarantine, attempt: attemptPermanent, code: "panic",
+		err: fmt.Sprintf("panic: %v", p), reason: "quarantined: the send panicked: " + fmt.Sprint(p)}
+}
+
+// outcomeState is the reminder state an attempt's verdict records.
+func outcomeState(k kind) reminder.State {
+	switch k {
+	case kindDelivered:
+		return reminder.Delivered
+	case kindRetry:
+		return reminder.Retrying
+	case kindFail:
+		return reminder.Failed
+	case kindExpire:
+		return reminder.Expired
+	case kindQuarantine:
+		return reminder.Quarantined
+	}
+	panic(fmt.Sprintf("worker: verdict %s does not end an attempt", k))
+}

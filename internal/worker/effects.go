@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/store"
+)
+
+// Store is what the worker needs of the database, and no more: each method
+// is one batched, fenced statement that takes @now from the caller.
+// *store.Store satisfies it.
+type Store interface {
+	// LoadForDelivery reads the rows of the given reminders.
+	LoadForDelivery(ctx context.Context, ids []int64) (map[int64]store.Delivery, error)
+	// ClaimAttempts claims an attempt for each reminder still at its fence, due and before its deadline.
+	ClaimAttempts(ctx context.Context, now time.Time, fs []store.Fenced, lease time.Duration, actor string) (map[int64]store.Attempt, error)
+	// ClaimForDelivery is LoadForDelivery and ClaimAttempts in one statement.
+	ClaimForDelivery(ctx context.Context, now time.Time, fs []store.Fenced, lease time.Duration, actor string) (map[int64]store.Delivery, map[int64]store.Attempt, error)
+	// ExpireFenced expires reminders whose deadline is reached, at their fences.
+	ExpireFenced(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
+	// ExpireEarly expires reminders that cannot be sent before their deadline.
+	ExpireEarly(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
+	// Defer records each reminder's rate-limit turn.
+	Defer(ctx context.Context, now time.Time, fs []store.Fenced, untils []time.Time) (map[int64]bool, error)
+	// Quarantine parks reminders for an operator.
+	Quarantine(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
+	// RecordOutcomes records attempts' outcomes under their attempt fences.
+	RecordOutcomes(ctx context.Context, now time.Time, os []store.Outcome, actor string) (map[int64]bool, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// publisher publishes with confirms (*broker.Publisher): results[i] is nil
+// once msgs[i] is confirmed.
+type publisher interface {
+	PublishBatch(ctx context.Context, msgs []broker.Outgoing) (results []error, err error)
+	Close()
+}
+
+var _ publisher = (*broker.Publisher)(nil)
+
+// retryDB runs op until it succeeds, retrying transient failures with
+// backoff, waited on the worker's clock, for up to a minute of it or until
+// ctx ends.
+func (w *Worker) retryDB(ctx context.Context, what string, op func() error) error {
+	backoff := 50 * time.Millisecond
+	deadline := w.clock.Now().Add(time.Minute)
+	for {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || w.clock.Now().After(deadline) {
+			w.log.Error().Err(err).Str("op", what).Msg("database operation failed; leaving deliveries unacked")
+			return err
+		}
+		w.log.Warn().Err(err).Str("op", what).Dur("retry_in", backoff).Msg("database operation failed; retrying")
+		_ = clock.Sleep(ctx, w.clock, backoff)
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// fenced lists the items' rows at the fences they were read with.
+func fenced(its []*item) []store.Fenced {
+	out := make([]store.Fenced, len(its))
+	for i, it := range its {
+		out[i] = store.Fenced{ID: it.row.ID, Fence: it.row.Fence}
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/store"
+)
+
+// retryMessage seals a copy of the item's message under fence for the retry
+// tier of delay.
+func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker.Outgoing {
+	env := it.env
+	env.Fence = fence
+	env.Attempt = it.att.Number
+	body, headers, err := w.keys.Seal(env)
+	if err != nil {
+		panic(err) // an Envelope always encodes
+	}
+	return broker.Outgoing{
+		Exchange:   "",
+		RoutingKey: w.topo.RetryQueue(string(w.cfg.Channel), delay),
+		Msg: amqp.Publishing{
+			MessageId:   fmt.Sprintf("%d-%d-r", env.ReminderID, fence),
+			ContentType: "application/json",
+			Timestamp:   w.clock.Now(),
+			Headers:     headers,
+			Body:        body,
+		},
+	}
+}
+
+// publishRetries puts a copy of each retrying reminder's message in its retry
+// tier; the original is acked only once the copy is confirmed. A copy that is
+// not confirmed leaves the row retrying: the reconciler republishes it.
+func (w *Worker) publishRetries(ctx context.Context, its []*item) {
+	msgs := make([]broker.Outgoing, len(its))
+	for i, it := range its {
+		it.env.NotBefore = time.Time{} // a provider retry waits for its backoff, not a rate-limit turn
+		delay := it.out.NextAttemptAt.Sub(w.clock.Now())
+		msgs[i] = w.retryMessage(it, it.att.Fence, w.topo.Tier(delay))
+	}
+	results, err := w.pub.PublishBatch(ctx, msgs)
+	for i, it := range its {
+		if err == nil && results[i] == nil {
+			w.counts.retried.Add(1)
+			it.settled = toAck
+		}
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Int("count", len(its)).Msg("retry publish failed; the reconciler will republish")
+	}
+}
+
+// deferMany hands messages back through the retry tier covering wait, under
+// their current fence, in one confirmed batch; each is settled once its copy
+// is confirmed.
+func (w *Worker) deferMany(ctx context.Context, its []*item, wait time.Duration) {
+	tier := w.topo.Tier(wait)
+	msgs := make([]broker.Outgoing, len(its))
+	for i, it := range its {
+		msgs[i] = w.retryMessage(it, it.env.Fence, tier)
+		msgs[i].Msg.MessageId += "-d"
+	}
+	results, err := w.pub.PublishBatch(ctx, msgs)
+	for i, it := range its {
+		if err == nil && results[i] == nil {
+			w.counts.deferred.Add(1)
+			it.settled = toAck
+		}
+	}
+}
+
+// deadLetter moves a message the worker must not process to the channel's
+// dead-letter queue with headers that explain it, then marks it settled. If
+// that publish fails it rejects without requeue, so the queue's own
+// dead-letter exchange takes it.
+func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
+	d := it.d
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	count := deliveryCount(d) + 1
+	headers[message.HeaderReason] = reason
+	headers[message.HeaderReceiveCount] = count
+	if it.env.ReminderID != 0 {
+		headers[message.HeaderReminderID] = strconv.FormatInt(it.env.ReminderID, 10)
+		headers[message.HeaderDeadline] = it.env.Deadline.UTC().Format(time.RFC3339)
+		headers[message.HeaderFirstSeen] = it.env.FirstSeen.UTC().Format(time.RFC3339)
+	} else {
+		headers[message.HeaderFirstSeen] = w.clock.Now().UTC().Format(time.RFC3339)
+	}
+	out := broker.Outgoing{
+		Exchange:   w.topo.DeadExchange(),
+		RoutingKey: string(w.cfg.Channel),
+		Msg: amqp.Publishing{
+			MessageId: d.MessageId, ContentType: d.ContentType, Timestamp: d.Timestamp,
+			Headers: headers, Body: d.Body,
+		},
+	}
+	if out.Msg.MessageId == "" {
+		out.Msg.MessageId = fmt.Sprintf("dead-%d", d.DeliveryTag)
+	}
+	w.with(w.log.Warn().Str("reason", reason), it).Msg("dead-lettering message")
+	results, err := w.pub.PublishBatch(ctx, []broker.Outgoing{out})
+	if err == nil && results[0] == nil {
+		w.counts.dead.Add(1)
+		w.m.DeadLettered(string(w.cfg.Channel), metrics.Reason(reason))
+		it.settled = toAck
+		return
+	}
+	if err := d.Reject(false); err == nil {
+		it.settled = rejected
+		w.counts.dead.Add(1)
+		w.m.DeadLettered(string(w.cfg.Channel), metrics.Reason(reason))
+	}
+}
+
+// quarantine dead-letters a message that keeps failing, then parks its
+// reminder (if the message is still current) so that nothing republishes it
+// until an operator decides. Dead-letter first: a crash in between leaves a
+// second copy in the dead-letter queue, never none.
+func (w *Worker) quarantine(ctx context.Context, it *item, reason string) {
+	w.deadLetter(ctx, it, reason)
+	if it.settled != toAck {
+		return
+	}
+	f := []store.Fenced{{ID: it.env.ReminderID, Fence: it.env.Fence}}
+	if err := w.retryDB(ctx, "quarantining", func() error {
+		_, err := w.store.Quarantine(ctx, w.clock.Now(), f, w.cfg.Name, reason)
+		return err
+	}); err != nil {
+		it.settled = unsettled // redelivered: dead-lettered again, quarantined then
+	}
+	w.counts.quarantined.Add(1)
+}

@@ -1,0 +1,204 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/faults"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/ratelimit"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// sendClaimed sends and records the claimed attempts, or returns them when
+// one waits for a rate-limit slot (sendPaced sends them).
+func (w *Worker) sendClaimed(ctx context.Context, sending []*item, now time.Time) (paced []*item) {
+	if len(sending) == 0 {
+		return nil
+	}
+	faults.Inject(faults.WorkerAfterClaim)
+	for _, it := range sending {
+		if it.sendAt.After(now) {
+			return sending
+		}
+	}
+	w.sendAndRecord(ctx, sending)
+	return nil
+}
+
+// sendAndRecord sends claimed attempts (each at its slot, if it has one),
+// records their outcomes in one statement and hands retries to their tier.
+func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
+	var wg sync.WaitGroup
+	for _, it := range sending {
+		wg.Go(func() { w.send(ctx, it) })
+	}
+	wg.Wait()
+	faults.Inject(faults.WorkerAfterSend)
+
+	if ctx.Err() != nil {
+		// The grace period ran out and our own cancel cut the sends short:
+		// their outcome is unknown. Record nothing; the send leases expire
+		// and the reconciler retries them with the same idempotency key.
+		return
+	}
+	outs := make([]store.Outcome, len(sending))
+	for i, it := range sending {
+		outs[i] = it.out
+	}
+	var moved map[int64]bool
+	if err := w.retryDB(ctx, "recording outcomes", func() (err error) {
+		moved, err = w.store.RecordOutcomes(context.WithoutCancel(ctx), w.clock.Now(), outs, w.cfg.Name)
+		return err
+	}); err != nil {
+		return // the send lease expires; the reconciler retries with the same idempotency key
+	}
+	faults.Inject(faults.WorkerAfterRecord)
+	w.settleRecorded(ctx, sending, moved)
+}
+
+// settleRecorded counts and settles the recorded attempts: terminal ones are
+// acked, quarantined ones dead-lettered, retries published to their tier; an
+// outcome the store did not take (moved[id] false) lost its lease.
+func (w *Worker) settleRecorded(ctx context.Context, sending []*item, moved map[int64]bool) {
+	var retries []*item
+	ch := string(w.cfg.Channel)
+	recorded := w.clock.Now()
+	for _, it := range sending {
+		if !moved[it.row.ID] {
+			w.counts.stale.Add(1) // the lease was taken over; its new holder decides
+			w.m.Duplicate(ch, metrics.DupStale)
+			it.settled = toAck
+			continue
+		}
+		w.with(w.log.Debug(), it).Str("state", string(it.out.State)).Str("reason", it.out.Reason).Msg("attempt recorded")
+		switch it.out.State {
+		case reminder.Delivered, reminder.Failed, reminder.Expired:
+			w.m.Outcome(ch, string(it.out.State), it.code)
+			w.m.HopBetween(metrics.HopStartToTerminal, ch, it.claimedAt, recorded)
+		case reminder.Retrying:
+			w.m.Retry(ch, it.code)
+		}
+		switch it.out.State {
+		case reminder.Delivered:
+			w.counts.delivered.Add(1)
+			it.settled = toAck
+		case reminder.Failed:
+			w.with(w.log.Warn(), it).Str("reason", it.out.Reason).Msg("reminder failed")
+			w.counts.failed.Add(1)
+			it.settled = toAck
+		case reminder.Expired:
+			w.counts.expired.Add(1)
+			it.settled = toAck
+		case reminder.Quarantined:
+			w.counts.quarantined.Add(1)
+			w.deadLetter(ctx, it, it.out.Reason)
+		case reminder.Retrying:
+			retries = append(retries, it)
+		}
+	}
+	if len(retries) > 0 {
+		w.publishRetries(ctx, retries)
+	}
+}
+
+// send calls the provider for one claimed attempt and records in it.out
+// what the decision steps make of it.
+func (w *Worker) send(ctx context.Context, it *item) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.decided(it, onPanic(p), "")
+		}
+	}()
+	if !it.sendAt.IsZero() && !w.awaitSlot(ctx, it) {
+		w.decided(it, onSlotMissed(w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), "")
+		return
+	}
+	if v := beforeSend(w.clock.Now(), it.row.Deadline); v.kind != kindSend {
+		w.decided(it, v, "")
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
+	defer cancel()
+	id, err := w.sender.Send(sctx, provider.Message{
+		ReminderID: it.row.ID, IdempotencyKey: it.row.IdempotencyKey, Tenant: it.row.Tenant,
+		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
+	})
+	policy := retryPolicy{maxAttempts: w.cfg.MaxAttempts, base: w.cfg.BackoffBase, max: w.cfg.BackoffMax, topo: w.topo}
+	w.decided(it, onAnswer(err, it.att.Number, w.clock.Now(), it.row.Deadline, policy, w.rand()), id)
+}
+
+// decided turns an attempt's verdict into the outcome to record.
+func (w *Worker) decided(it *item, v verdict, providerID string) {
+	it.out = store.Outcome{
+		ReminderID: it.row.ID, Fence: it.att.Fence, AttemptID: it.att.AttemptID,
+		State: outcomeState(v.kind), AttemptOutcome: v.attempt, Error: v.err, Reason: v.reason, ProviderID: providerID,
+	}
+	if v.kind == kindRetry {
+		at := v.at
+		it.out.NextAttemptAt = &at
+	}
+	it.code = v.code
+}
+
+// awaitSlot waits, on the worker's clock, for the message's reserved send
+// slot (at most ratelimit.Horizon ahead). A slot is good for
+// ratelimit.SendJitter after its time: a send that could not start by then
+// (a slow claim, a stalled process) would reach the provider in a later
+// window than the limiter allowed for, bunched with that window's own sends,
+// so it reserves a new slot instead and waits for that one, but not for
+// longer than maxSlotWait: the attempt is claimed, and its send lease must
+// not run out while it waits. It returns true when the send may start (or
+// ctx ended, or the deadline passed: send then stops or expires it), false
+// when it gave up waiting.
+func (w *Worker) awaitSlot(ctx context.Context, it *item) bool {
+	ch := string(w.cfg.Channel)
+	over := func(now time.Time) bool { return ctx.Err() != nil || !now.Before(it.row.Deadline) }
+	giveUp := time.Time{}
+	for {
+		_ = clock.Sleep(ctx, w.clock, it.sendAt.Sub(w.clock.Now()))
+		now := w.clock.Now()
+		if over(now) || now.Sub(it.sendAt) <= ratelimit.SendJitter {
+			return true
+		}
+		w.m.RateLimitDeferral(ch, "slot_missed")
+		w.counts.slotsMissed.Add(1)
+		if giveUp.IsZero() {
+			giveUp = now.Add(w.maxSlotWait())
+		}
+		for {
+			g, err := w.fleet.Acquire(ctx, now, ch, it.row.Tenant, 1, 0)
+			if err == nil && g.Unlimited {
+				return true // the limits were reloaded without this channel
+			}
+			if err == nil && len(g.Slots) == 1 {
+				it.sendAt = g.Slots[0]
+				break
+			}
+			wait := 100 * time.Millisecond
+			if err != nil {
+				w.log.Warn().Err(err).Msg("rate limiter unavailable; asking again for a send slot")
+			} else {
+				wait = g.NextAt.Sub(now)
+			}
+			if now.Add(wait).After(giveUp) {
+				return false
+			}
+			_ = clock.Sleep(ctx, w.clock, wait)
+			if now = w.clock.Now(); over(now) {
+				return true
+			}
+		}
+	}
+}
+
+// maxSlotWait bounds how long a claimed attempt waits for a new slot after
+// missing its own: well inside the send lease, so the reconciler never takes
+// over an attempt that is still about to be sent.
+func (w *Worker) maxSlotWait() time.Duration {
+	return min(5*time.Second, w.cfg.SendLease/4)
+}
