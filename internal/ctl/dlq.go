@@ -34,7 +34,8 @@ func (b *brokerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.amqpURL, "amqp-url", config.DefaultAMQPURL, "RabbitMQ connection URL")
 	fs.StringVar(&b.prefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
 	fs.StringVar(&b.signingKeys, "signing-keys", "",
-		"optional: message signing keys (KID:SECRET,...), to verify the bodies of messages the broker dead-lettered itself")
+		"message signing keys (KID:SECRET,...): only a message whose signed body verifies names a reminder that "+
+			"replay or expire act on; without them every message is shown unverified and can only be dropped")
 	fs.IntVar(&b.maxMessages, "max-messages", 50_000,
 		fmt.Sprintf("refuse a dead-letter queue deeper than this (at most %d): reading part of a quorum queue reorders it", ops.MaxDLQRead))
 	fs.DurationVar(&b.wait, "read-wait", 10*time.Second, "how long to wait for the messages the queue says it holds")

@@ -32,7 +32,7 @@ func setupOps(t *testing.T) *opsBundle {
 // dlq runs `nudgectl dlq ARGS` against the test's broker.
 func (b *opsBundle) dlq(args ...string) ctlResult {
 	return b.run(append(append([]string{"dlq"}, args...), "--amqp-url", b.mq.URL, "--queue-prefix", b.mq.Topology.Prefix,
-		"--read-wait", "5s")...)
+		"--read-wait", "5s", "--signing-keys", opstest.KeysSpec)...)
 }
 
 func (b *opsBundle) insert(t *testing.T, r opstest.Row) int64 {
@@ -235,7 +235,7 @@ func TestDLQDecisionIsFenced(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	q, m := b.quarantinedWithMessage(t, "q", time.Now().Add(3*time.Hour), "poison")
-	r, err := ops.DLQ{URL: b.mq.URL, Topology: b.mq.Topology, Wait: 5 * time.Second}.Read(context.Background(), reminder.Email)
+	r, err := ops.DLQ{URL: b.mq.URL, Topology: b.mq.Topology, Wait: 5 * time.Second, Keys: opstest.Keys(t)}.Read(context.Background(), reminder.Email)
 	require.NoError(t, err)
 	require.NoError(t, r.LoadRows(context.Background(), b.db.Pool))
 	// Meanwhile another operator replays it with `nudgectl replay`.

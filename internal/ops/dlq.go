@@ -80,9 +80,9 @@ type DeadLetter struct {
 	MessageID string `json:"message_id"`
 	// ReminderID is the reminder the message names (0: none).
 	ReminderID int64 `json:"reminder_id,omitempty"`
-	// Verified: ReminderID comes from the worker's x-nudge-reminder-id header
-	// (a worker sets it only on a message it verified) or from a body whose
-	// signature verifies against DLQ.Keys. An unverified ID is shown, never
+	// Verified: ReminderID comes from a body whose signature verifies
+	// against DLQ.Keys. Headers are outside the MAC: an ID taken from the
+	// x-nudge-reminder-id header or an unsigned body is shown, never
 	// acted on: such a message can only be dropped (dlq expire).
 	Verified bool `json:"verified"`
 	// Tenant and Fence come from the body (Tenant from the row when loaded).
@@ -295,19 +295,20 @@ func (d DLQ) parse(dv amqp.Delivery, pos int) *DeadLetter {
 		m.Deadline = &env.Deadline
 	}
 	hdrID, _ := strconv.ParseInt(headerString(dv.Headers, message.HeaderReminderID), 10, 64)
-	var verifiedID int64
+	var verified *message.Envelope
 	if d.Keys != nil {
 		if e, err := d.Keys.Open(dv.Body, dv.Headers); err == nil {
-			verifiedID = e.ReminderID
+			verified = &e
 		}
 	}
 	switch {
-	case hdrID > 0 && verifiedID > 0 && hdrID != verifiedID:
-		m.ReminderID, m.Verified = hdrID, false // header and signed body disagree: trust neither
+	case verified != nil:
+		// Only the MAC vouches for a reminder: headers are whatever the last
+		// publisher put there, so a signed body wins over every one of them.
+		m.ReminderID, m.Verified = verified.ReminderID, true
+		m.Deadline, m.FirstSeen = &verified.Deadline, &verified.FirstSeen
 	case hdrID > 0:
-		m.ReminderID, m.Verified = hdrID, true
-	case verifiedID > 0:
-		m.ReminderID, m.Verified = verifiedID, true
+		m.ReminderID = hdrID // shown, never acted on
 	case env.ReminderID > 0:
 		m.ReminderID = env.ReminderID
 	}

@@ -27,7 +27,7 @@ type dlqBundle struct {
 func setupDLQ(t *testing.T) *dlqBundle {
 	t.Helper()
 	b := &dlqBundle{db: testenv.Postgres(t), mq: testenv.RabbitMQ(t), keys: opstest.Keys(t)}
-	b.dlq = ops.DLQ{URL: b.mq.URL, Topology: b.mq.Topology, Wait: 5 * time.Second}
+	b.dlq = ops.DLQ{URL: b.mq.URL, Topology: b.mq.Topology, Wait: 5 * time.Second, Keys: b.keys}
 	return b
 }
 
@@ -61,7 +61,7 @@ func TestDLQReadKeepsOrderAndCounts(t *testing.T) {
 			got = append(got, m.MessageID)
 			require.Equal(t, i+1, m.Position)
 			require.Equal(t, int64(i+1), m.ReminderID)
-			require.True(t, m.Verified, "the worker's x-nudge-reminder-id header names it")
+			require.True(t, m.Verified, "its signed body names it")
 			require.Equal(t, int64(i+6), m.ReceiveCount, "the receive count is the worker's, unchanged by reads")
 			require.Equal(t, fmt.Sprintf("delivered %d times without an outcome", i+6), m.Reason)
 			require.Equal(t, int64(read), m.Reads, "x-delivery-count: one per earlier read")
@@ -162,7 +162,9 @@ func TestDLQBrokerDeadLetteredMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, res[0])
 
-	r, err := b.dlq.Read(context.Background(), reminder.Email)
+	noKeys := b.dlq
+	noKeys.Keys = nil
+	r, err := noKeys.Read(context.Background(), reminder.Email)
 	require.NoError(t, err)
 	m := r.Messages[0]
 	require.Equal(t, "broker: delivery_limit from "+b.mq.Topology.Queue("email"), m.Reason)
@@ -170,10 +172,46 @@ func TestDLQBrokerDeadLetteredMessage(t *testing.T) {
 	require.False(t, m.Verified, "without keys the body is only a hint")
 	require.NoError(t, r.Close())
 
-	d := b.dlq
-	d.Keys = b.keys
-	r, err = d.Read(context.Background(), reminder.Email)
+	r, err = b.dlq.Read(context.Background(), reminder.Email)
 	require.NoError(t, err)
 	require.True(t, r.Messages[0].Verified, "the body's signature verifies")
 	require.NoError(t, r.Close())
+}
+
+// Regression (security review): an unsigned message carrying the
+// x-nudge-reminder-id header was shown as "reminder 3 (verified)" and a
+// replay dry run offered to replay it. Headers are outside the MAC: only a
+// signed body names a reminder, and it wins over a header that disagrees.
+func TestDLQVerifiesOnlyWhatTheMACCovers(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t)
+	signed, sig, err := b.keys.Seal(message.Envelope{ReminderID: 7, Fence: 1, Channel: "email",
+		Deadline: time.Now().Add(time.Hour), FirstSeen: time.Now()})
+	require.NoError(t, err)
+	lying := amqp.Table{message.HeaderReminderID: "3", message.HeaderDeadline: "2999-01-01T00:00:00Z"}
+	for k, v := range sig {
+		lying[k] = v
+	}
+	pub := broker.NewPublisher(b.mq.URL, b.mq.Topology, "test")
+	defer pub.Close()
+	res, err := pub.PublishBatch(context.Background(), []broker.Outgoing{
+		{Exchange: b.mq.Topology.DeadExchange(), RoutingKey: "email", Msg: amqp.Publishing{MessageId: "forged",
+			Headers: amqp.Table{message.HeaderReminderID: "3"}, Body: []byte(`{"id":3,"channel":"email"}`)}},
+		{Exchange: b.mq.Topology.DeadExchange(), RoutingKey: "email", Msg: amqp.Publishing{MessageId: "signed",
+			Headers: lying, Body: signed}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, res[0])
+	require.NoError(t, res[1])
+
+	r, err := b.dlq.Read(context.Background(), reminder.Email)
+	require.NoError(t, err)
+	defer r.Close()
+	require.Len(t, r.Messages, 2)
+	forged, good := r.Messages[0], r.Messages[1]
+	require.Equal(t, int64(3), forged.ReminderID, "shown")
+	require.False(t, forged.Verified, "an unsigned body with the header is not verified")
+	require.Equal(t, int64(7), good.ReminderID, "the signed body wins over the header")
+	require.True(t, good.Verified)
+	require.Less(t, good.Deadline.Year(), 2999, "the deadline comes from the signed body")
 }

@@ -61,8 +61,16 @@ func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
 	}
 }
 
-// deliveryCount is how many times the broker delivered d before (0 on the first delivery).
+// deliveryCount is how many times the broker delivered d before (0 on the
+// first delivery). Only the broker's word counts: a quorum queue sets
+// x-delivery-count on a redelivery (replacing any value a publisher put
+// there), but on a first delivery the header is whatever the publisher
+// sent, and it is outside the MAC. So a delivery the broker does not flag as
+// redelivered has been delivered 0 times, whatever its headers say.
 func deliveryCount(d amqp.Delivery) int64 {
+	if !d.Redelivered {
+		return 0
+	}
 	switch v := d.Headers["x-delivery-count"].(type) {
 	case int64:
 		return v
@@ -93,10 +101,10 @@ func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
 		}
 		switch v := onReceive(err, env, w.cfg.Channel, deliveryCount(d), w.cfg.PoisonAfter); v.kind {
 		case kindDeadLetter:
-			w.deadLetter(ctx, it, v.reason)
+			w.deadLetter(ctx, it, v)
 			dead = append(dead, it)
 		case kindQuarantine:
-			w.quarantine(ctx, it, v.reason)
+			w.quarantine(ctx, it, v)
 			dead = append(dead, it)
 		default:
 			items = append(items, it)

@@ -136,7 +136,7 @@ func (w *Worker) rateLimited() bool {
 func (w *Worker) apply(ctx context.Context, it *item, v verdict, now time.Time) {
 	switch v.kind {
 	case kindDeadLetter:
-		w.deadLetter(ctx, it, v.reason)
+		w.deadLetter(ctx, it, v)
 	case kindDiscard:
 		w.discard(it, v.code)
 	case kindDefer:

@@ -106,9 +106,17 @@ const (
 	reasonRateLimited = "rate_limited: no capacity before the deadline"
 	codeDeadline      = "deadline"
 	codeRateLimited   = "rate_limited"
-	attemptRetryable  = "retryable"
-	attemptPermanent  = "permanent"
-	attemptDelivered  = "delivered"
+	// Codes of the verdicts that dead-letter a message: the only values
+	// of the dead-letter counter's reason label (never free text, which
+	// would give the metric one series per message).
+	codeUnverifiable    = "unverifiable"
+	codeWrongChannel    = "wrong_channel"
+	codePoison          = "poison"
+	codeUnknownReminder = "unknown_reminder"
+	codePanic           = "panic"
+	attemptRetryable    = "retryable"
+	attemptPermanent    = "permanent"
+	attemptDelivered    = "delivered"
 )
 
 // onReceive decides about a delivery before its row is read: one that
@@ -117,11 +125,13 @@ const (
 func onReceive(openErr error, env message.Envelope, channel reminder.Channel, deliveredBefore int64, poisonAfter int) verdict {
 	switch {
 	case openErr != nil:
-		return verdict{kind: kindDeadLetter, reason: "unverifiable: " + openErr.Error()}
+		return verdict{kind: kindDeadLetter, code: codeUnverifiable, reason: "unverifiable: " + openErr.Error()}
 	case env.Channel != string(channel):
-		return verdict{kind: kindDeadLetter, reason: fmt.Sprintf("wrong channel %q on the %s queue", env.Channel, channel)}
+		return verdict{kind: kindDeadLetter, code: codeWrongChannel,
+			reason: fmt.Sprintf("wrong channel %q on the %s queue", env.Channel, channel)}
 	case deliveredBefore >= int64(poisonAfter):
-		return verdict{kind: kindQuarantine, reason: fmt.Sprintf("delivered %d times without an outcome", deliveredBefore+1)}
+		return verdict{kind: kindQuarantine, code: codePoison,
+			reason: fmt.Sprintf("delivered %d times without an outcome", deliveredBefore+1)}
 	}
 	return verdict{kind: kindProceed}
 }
@@ -131,7 +141,7 @@ func onReceive(openErr error, env message.Envelope, channel reminder.Channel, de
 func onRow(row store.Delivery, found bool, fence int64, now time.Time) verdict {
 	switch {
 	case !found:
-		return verdict{kind: kindDeadLetter, reason: "unknown reminder"}
+		return verdict{kind: kindDeadLetter, code: codeUnknownReminder, reason: "unknown reminder"}
 	case row.State.Terminal() || row.Fence != fence:
 		// A decision newer than this message was taken: a cancel or expiry
 		// (superseded), or this message's own earlier delivery (a duplicate
@@ -295,7 +305,7 @@ func onAnswer(sendErr error, attempt int, now, deadline time.Time, p retryPolicy
 // onPanic is the verdict on a send that panicked (a bug in the adapter or a
 // template met this reminder): park it for an operator.
 func onPanic(p any) verdict {
-	return verdict{kind: kindQuarantine, attempt: attemptPermanent, code: "panic",
+	return verdict{kind: kindQuarantine, attempt: attemptPermanent, code: codePanic,
 		err: fmt.Sprintf("panic: %v", p), reason: "quarantined: the send panicked: " + fmt.Sprint(p)}
 }
 

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"errors"
 	"testing"
 	"time"
@@ -67,18 +69,18 @@ func TestDecisions(t *testing.T) {
 		// On receipt, before the row is read.
 		{"receive: a signature that does not verify",
 			onReceive(errors.New("bad signature"), message.Envelope{}, reminder.SMS, 0, 4),
-			verdict{kind: kindDeadLetter, reason: "unverifiable: bad signature"}},
+			verdict{kind: kindDeadLetter, code: codeUnverifiable, reason: "unverifiable: bad signature"}},
 		{"receive: an email message on the sms queue",
 			onReceive(nil, message.Envelope{Channel: "email"}, reminder.SMS, 0, 4),
-			verdict{kind: kindDeadLetter, reason: `wrong channel "email" on the sms queue`}},
+			verdict{kind: kindDeadLetter, code: codeWrongChannel, reason: `wrong channel "email" on the sms queue`}},
 		{"receive: delivered as often as the poison limit before",
 			onReceive(nil, sms(1), reminder.SMS, 4, 4),
-			verdict{kind: kindQuarantine, reason: "delivered 5 times without an outcome"}},
+			verdict{kind: kindQuarantine, code: codePoison, reason: "delivered 5 times without an outcome"}},
 		{"receive: redelivered, under the poison limit",
 			onReceive(nil, sms(1), reminder.SMS, 3, 4), verdict{kind: kindProceed}},
 
 		// Against the row, as read at t0.
-		{"row: none", onRow(store.Delivery{}, false, 7, t0), verdict{kind: kindDeadLetter, reason: "unknown reminder"}},
+		{"row: none", onRow(store.Delivery{}, false, 7, t0), verdict{kind: kindDeadLetter, code: codeUnknownReminder, reason: "unknown reminder"}},
 		{"row: canceled", onRow(row(func(r *store.Delivery) { r.State = reminder.Canceled }), true, 7, t0),
 			verdict{kind: kindDiscard, code: metrics.DupSuperseded}},
 		{"row: expired", onRow(row(func(r *store.Delivery) { r.State = reminder.Expired }), true, 7, t0),
@@ -239,4 +241,25 @@ func TestOutcomeStatePanicsOnAVerdictThatEndsNoAttempt(t *testing.T) {
 		}
 	}()
 	outcomeState(kindClaim)
+}
+
+// The delivery count is the broker's: a header on a delivery the broker
+// does not flag as redelivered came from the publisher.
+func TestDeliveryCountIsTheBrokers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		d    amqp.Delivery
+		want int64
+	}{
+		{"first delivery, no header", amqp.Delivery{}, 0},
+		{"first delivery, forged header", amqp.Delivery{Headers: amqp.Table{"x-delivery-count": int64(50)}}, 0},
+		{"redelivered, the queue's count", amqp.Delivery{Redelivered: true, Headers: amqp.Table{"x-delivery-count": int64(3)}}, 3},
+		{"redelivered, int32", amqp.Delivery{Redelivered: true, Headers: amqp.Table{"x-delivery-count": int32(2)}}, 2},
+		{"redelivered, no header (classic queue)", amqp.Delivery{Redelivered: true}, 0},
+	} {
+		if got := deliveryCount(tc.d); got != tc.want {
+			t.Errorf("%s: got %d, want %d", tc.name, got, tc.want)
+		}
+	}
 }

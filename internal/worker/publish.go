@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/message"
-	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/store"
 )
 
@@ -79,18 +79,25 @@ func (w *Worker) deferMany(ctx context.Context, its []*item, wait time.Duration)
 }
 
 // deadLetter moves a message the worker must not process to the channel's
-// dead-letter queue with headers that explain it, then marks it settled. If
+// dead-letter queue with headers that explain v, then marks it settled. If
 // that publish fails it rejects without requeue, so the queue's own
 // dead-letter exchange takes it.
-func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
+//
+// Of the incoming headers only the signature's two are kept (the dead-letter
+// tools verify the body with them); every other header came from whoever
+// published the message and is outside the MAC, so none is copied. The
+// reminder's id, deadline and first-seen time are set only from a verified
+// envelope, and the receive count only from what the broker vouches for.
+func (w *Worker) deadLetter(ctx context.Context, it *item, v verdict) {
 	d := it.d
 	headers := amqp.Table{}
-	for k, v := range d.Headers {
-		headers[k] = v
+	for _, k := range []string{message.HeaderKeyID, message.HeaderSignature} {
+		if s, ok := d.Headers[k].(string); ok {
+			headers[k] = s
+		}
 	}
-	count := deliveryCount(d) + 1
-	headers[message.HeaderReason] = reason
-	headers[message.HeaderReceiveCount] = count
+	headers[message.HeaderReason] = v.reason
+	headers[message.HeaderReceiveCount] = deliveryCount(d) + 1
 	if it.env.ReminderID != 0 {
 		headers[message.HeaderReminderID] = strconv.FormatInt(it.env.ReminderID, 10)
 		headers[message.HeaderDeadline] = it.env.Deadline.UTC().Format(time.RFC3339)
@@ -109,18 +116,19 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
 	if out.Msg.MessageId == "" {
 		out.Msg.MessageId = fmt.Sprintf("dead-%d", d.DeliveryTag)
 	}
-	w.with(w.log.Warn().Str("reason", reason), it).Msg("dead-lettering message")
+	w.with(w.log.Warn().Str("reason", v.reason), it).Msg("dead-lettering message")
+	code := cmp.Or(v.code, "other")
 	results, err := w.pub.PublishBatch(ctx, []broker.Outgoing{out})
 	if err == nil && results[0] == nil {
 		w.counts.dead.Add(1)
-		w.m.DeadLettered(string(w.cfg.Channel), metrics.Reason(reason))
+		w.m.DeadLettered(string(w.cfg.Channel), code)
 		it.settled = toAck
 		return
 	}
 	if err := d.Reject(false); err == nil {
 		it.settled = rejected
 		w.counts.dead.Add(1)
-		w.m.DeadLettered(string(w.cfg.Channel), metrics.Reason(reason))
+		w.m.DeadLettered(string(w.cfg.Channel), code)
 	}
 }
 
@@ -128,8 +136,9 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
 // reminder (if the message is still current) so that nothing republishes it
 // until an operator decides. Dead-letter first: a crash in between leaves a
 // second copy in the dead-letter queue, never none.
-func (w *Worker) quarantine(ctx context.Context, it *item, reason string) {
-	w.deadLetter(ctx, it, reason)
+func (w *Worker) quarantine(ctx context.Context, it *item, v verdict) {
+	reason := v.reason
+	w.deadLetter(ctx, it, v)
 	if it.settled != toAck {
 		return
 	}

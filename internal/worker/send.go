@@ -96,7 +96,7 @@ func (w *Worker) settleRecorded(ctx context.Context, sending []*item, moved map[
 			it.settled = toAck
 		case reminder.Quarantined:
 			w.counts.quarantined.Add(1)
-			w.deadLetter(ctx, it, it.out.Reason)
+			w.deadLetter(ctx, it, verdict{kind: kindQuarantine, reason: it.out.Reason, code: it.code})
 		case reminder.Retrying:
 			retries = append(retries, it)
 		}

@@ -22,10 +22,14 @@ import (
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
+// KeysSpec is the signing-key setting Keys parses, for tests that pass it
+// to a command line.
+const KeysSpec = "test:0123456789abcdef0123"
+
 // Keys is a keyring for tests.
 func Keys(t testing.TB) *message.Keyring {
 	t.Helper()
-	k, err := message.ParseKeys("test:0123456789abcdef0123")
+	k, err := message.ParseKeys(KeysSpec)
 	require.NoError(t, err)
 	return k
 }
