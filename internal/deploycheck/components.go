@@ -40,7 +40,7 @@ func checkComponent(dir string, base *baseInfo) []error {
 		errs = append(errs, fmt.Errorf("%s: %s: "+format, append([]any{name, where}, a...)...))
 	}
 	var kust obj
-	var objects []manifest
+	var objects []document
 	examples := map[string]map[string]bool{} // Secret name → keys, from *.example.yaml
 	for _, m := range docs {
 		switch {
@@ -71,26 +71,10 @@ func checkComponent(dir string, base *baseInfo) []error {
 	if kust == nil {
 		return append(errs, fmt.Errorf("%s: no kustomization.yaml", name))
 	}
-	listed := map[string]bool{}
-	for _, r := range list(kust, "resources") {
-		listed[fmt.Sprint(r)] = true
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	for _, f := range files {
-		b := filepath.Base(f)
-		switch {
-		case b == "kustomization.yaml":
-		case strings.Contains(b, ".example."):
-			if listed[b] {
-				fail("kustomization.yaml", "%s is an example with placeholder values; it must not be a resource", b)
-			}
-		case !listed[b]:
-			fail("kustomization.yaml", "%s is not listed in resources", b)
-		}
-	}
+	checkResourcesListed(dir, kust, fail)
 
-	byKind := func(kind string) map[string]manifest {
-		out := map[string]manifest{}
+	byKind := func(kind string) map[string]document {
+		out := map[string]document{}
 		for _, m := range base.objects {
 			if str(m.doc, "kind") == kind {
 				out[str(m.doc, "metadata", "name")] = m
@@ -199,7 +183,7 @@ func checkComponent(dir string, base *baseInfo) []error {
 			}
 		case "ServiceMonitor":
 			sel := asObj(at(m.doc, "spec", "selector", "matchLabels"))
-			var matched []manifest
+			var matched []document
 			for _, sn := range slices.Sorted(maps.Keys(services)) {
 				s := services[sn]
 				if len(sel) > 0 && subset(sel, asObj(at(s.doc, "metadata", "labels"))) {

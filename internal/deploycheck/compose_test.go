@@ -3,40 +3,42 @@ package deploycheck
 import (
 	"path/filepath"
 	"testing"
+
+	"github.com/nudgehq/nudge/deploy/deploytest"
 )
 
 func TestCompose(t *testing.T) {
-	requireNoErrors(t, checkCompose(filepath.Join(mustRoot(t), "docker-compose.yml"), binaries(t)))
+	deploytest.NoErrors(t, checkCompose(filepath.Join(mustRoot(t), "docker-compose.yml"), binaries(t)))
 }
 
 func TestComposeCheckerCatches(t *testing.T) {
 	cs := binaries(t)
 	src := filepath.Join(mustRoot(t), "docker-compose.yml")
-	for _, b := range []breakage{
-		{name: "bogus flag", old: `"--every", "5s"`, new: `"--evry", "5s"`, want: "dispatcher has no flag --evry"},
-		{name: "bogus variable", old: "NUDGE_SMTP_URL:", new: "NUDGE_SMTP_URI:", want: "NUDGE_SMTP_URI is not the variable of any flag of email-worker (did you mean NUDGE_SMTP_URL?)"},
-		{name: "variable of another binary", old: "NUDGE_FAKE_SMS_TOKEN:", new: "NUDGE_SMS_TOKEN:", want: "NUDGE_SMS_TOKEN is not the variable of any flag of fake-sms"},
-		{name: "unknown binary", old: `["dispatcher",`, new: `["dispatch",`, want: `"dispatch" is not a binary`},
-		{name: "missing subcommand", old: `["nudgectl", "migrate",`, new: `["nudgectl",`, want: "nudgectl needs a subcommand"},
-		{name: "nobody declares the topology", old: `["nudgectl", "migrate", "--declare-topology"]`, new: `["nudgectl", "migrate"]`,
-			want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker reconciler sms-worker] only check"},
-		{name: "declarer has no broker", old: "      NUDGE_AMQP_URL: amqp://nudge:nudge@rabbitmq:5672/\n    depends_on:\n      postgres:", new: "    depends_on:\n      postgres:",
-			want: "--amqp-url (from default) points at \"127.0.0.1\", which is not a service"},
-		{name: "bad duration", old: `"--every", "5s"`, new: `"--every", "5 seconds"`, want: `--every (from --every) = "5 seconds"`},
-		{name: "bad signing key", old: "dev:change-me-0123456789abcdef", new: "dev:short", want: "secret must be at least"},
-		{name: "bad SMTP URL", old: "smtp://mailpit:1025?tls=none", new: "smtp://mailpit:1025?tls=nope", want: "--smtp-url"},
-		{name: "URL to no service", old: "http://fake-sms:9025", new: "http://localhost:9025", want: `points at "localhost", which is not a service`},
-		{name: "URL to the wrong port", old: "http://fake-sms:9025", new: "http://fake-sms:9026", want: "points at port 9026, but fake-sms listens on 0.0.0.0:9025"},
-		{name: "loopback listener", old: `"--listen", "0.0.0.0:9025"`, new: `"--listen", "127.0.0.1:9025"`, want: "other containers cannot reach"},
-		{name: "migrate not awaited", old: "condition: service_completed_successfully", new: "condition: service_started", want: "must wait for migrate with condition service_completed_successfully"},
-		{name: "broker not awaited", old: "  rabbitmq:\n    condition: service_healthy", new: "  rabbitmq:\n    condition: service_started", want: "must wait for rabbitmq with condition service_healthy"},
-		{name: "migrate restarts", old: `restart: "no"`, new: `restart: on-failure`, want: `restart: "no"`},
-		{name: "short stop grace", old: "stop_grace_period: 30s", new: "stop_grace_period: 20s", want: "stop_grace_period 20s must exceed --grace 25s"},
-		{name: "send outlives the drain", old: `["email-worker", "--send-timeout", "20s"]`, new: `["email-worker"]`, want: "--send-timeout 30s (from default) must be below --grace 25s (from default)"},
-		{name: "missing required flag", old: "  NUDGE_SIGNING_KEYS: dev:change-me-0123456789abcdef\n", new: "\n", want: "--signing-keys is required"},
+	for _, b := range []deploytest.Breakage{
+		{Name: "bogus flag", Old: `"--every", "5s"`, New: `"--evry", "5s"`, Want: "dispatcher has no flag --evry"},
+		{Name: "bogus variable", Old: "NUDGE_SMTP_URL:", New: "NUDGE_SMTP_URI:", Want: "NUDGE_SMTP_URI is not the variable of any flag of email-worker (did you mean NUDGE_SMTP_URL?)"},
+		{Name: "variable of another binary", Old: "NUDGE_FAKE_SMS_TOKEN:", New: "NUDGE_SMS_TOKEN:", Want: "NUDGE_SMS_TOKEN is not the variable of any flag of fake-sms"},
+		{Name: "unknown binary", Old: `["dispatcher",`, New: `["dispatch",`, Want: `"dispatch" is not a binary`},
+		{Name: "missing subcommand", Old: `["nudgectl", "migrate",`, New: `["nudgectl",`, Want: "nudgectl needs a subcommand"},
+		{Name: "nobody declares the topology", Old: `["nudgectl", "migrate", "--declare-topology"]`, New: `["nudgectl", "migrate"]`,
+			Want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker reconciler sms-worker] only check"},
+		{Name: "declarer has no broker", Old: "      NUDGE_AMQP_URL: amqp://nudge:nudge@rabbitmq:5672/\n    depends_on:\n      postgres:", New: "    depends_on:\n      postgres:",
+			Want: "--amqp-url (from default) points at \"127.0.0.1\", which is not a service"},
+		{Name: "bad duration", Old: `"--every", "5s"`, New: `"--every", "5 seconds"`, Want: `--every (from --every) = "5 seconds"`},
+		{Name: "bad signing key", Old: "dev:change-me-0123456789abcdef", New: "dev:short", Want: "secret must be at least"},
+		{Name: "bad SMTP URL", Old: "smtp://mailpit:1025?tls=none", New: "smtp://mailpit:1025?tls=nope", Want: "--smtp-url"},
+		{Name: "URL to no service", Old: "http://fake-sms:9025", New: "http://localhost:9025", Want: `points at "localhost", which is not a service`},
+		{Name: "URL to the wrong port", Old: "http://fake-sms:9025", New: "http://fake-sms:9026", Want: "points at port 9026, but fake-sms listens on 0.0.0.0:9025"},
+		{Name: "loopback listener", Old: `"--listen", "0.0.0.0:9025"`, New: `"--listen", "127.0.0.1:9025"`, Want: "other containers cannot reach"},
+		{Name: "migrate not awaited", Old: "condition: service_completed_successfully", New: "condition: service_started", Want: "must wait for migrate with condition service_completed_successfully"},
+		{Name: "broker not awaited", Old: "  rabbitmq:\n    condition: service_healthy", New: "  rabbitmq:\n    condition: service_started", Want: "must wait for rabbitmq with condition service_healthy"},
+		{Name: "migrate restarts", Old: `restart: "no"`, New: `restart: on-failure`, Want: `restart: "no"`},
+		{Name: "short stop grace", Old: "stop_grace_period: 30s", New: "stop_grace_period: 20s", Want: "stop_grace_period 20s must exceed --grace 25s"},
+		{Name: "send outlives the drain", Old: `["email-worker", "--send-timeout", "20s"]`, New: `["email-worker"]`, Want: "--send-timeout 30s (from default) must be below --grace 25s (from default)"},
+		{Name: "missing required flag", Old: "  NUDGE_SIGNING_KEYS: dev:change-me-0123456789abcdef\n", New: "\n", Want: "--signing-keys is required"},
 	} {
-		t.Run(b.name, func(t *testing.T) {
-			wantError(t, checkCompose(broken(t, src, b), cs), b.want)
+		t.Run(b.Name, func(t *testing.T) {
+			deploytest.WantError(t, checkCompose(b.Copy(t, src), cs), b.Want)
 		})
 	}
 }

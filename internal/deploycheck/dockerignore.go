@@ -6,7 +6,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"testing"
 )
 
 // checkDockerignore checks the build context keeps what the build needs.
@@ -70,13 +69,12 @@ func globMatch(glob, name string) bool {
 
 // buildInputs lists what go build ./cmd/... reads: go.mod, go.sum and every
 // in-module package directory it compiles (with its embedded files).
-func buildInputs(t *testing.T, root string) []string {
-	t.Helper()
+func buildInputs(root string) ([]string, error) {
 	cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}{{range .EmbedFiles}} {{$.Dir}}/{{.}}{{end}}{{end}}", "./cmd/...")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list: %v", err)
+		return nil, fmt.Errorf("go list: %w", err)
 	}
 	need := []string{"go.mod", "go.sum"}
 	for _, p := range strings.Fields(string(out)) {
@@ -84,5 +82,5 @@ func buildInputs(t *testing.T, root string) []string {
 			need = append(need, filepath.ToSlash(rel))
 		}
 	}
-	return need
+	return need, nil
 }

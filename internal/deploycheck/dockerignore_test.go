@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nudgehq/nudge/deploy/deploytest"
 )
 
 func TestDockerignore(t *testing.T) {
@@ -12,14 +14,18 @@ func TestDockerignore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requireNoErrors(t, checkDockerignore(string(ig), buildInputs(t, root)))
+	need, err := buildInputs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploytest.NoErrors(t, checkDockerignore(string(ig), need))
 }
 
 func TestDockerignoreCheckerCatches(t *testing.T) {
 	need := []string{"go.mod", "go.sum", "cmd/dispatcher", "schema", "schema/migrations/0001.sql"}
-	wantError(t, checkDockerignore("schema\n", need), `"schema" excludes schema`)
-	wantError(t, checkDockerignore("**/*.sql\n", need), `excludes schema/migrations/0001.sql`)
-	requireNoErrors(t, checkDockerignore("*.sql\n", need)) // only top-level .sql files, as in Docker
-	wantError(t, checkDockerignore("go.*\n", need), "excludes go.mod")
-	requireNoErrors(t, checkDockerignore("*\n!go.mod\n!go.sum\n!cmd\n!schema\n", need))
+	deploytest.WantError(t, checkDockerignore("schema\n", need), `"schema" excludes schema`)
+	deploytest.WantError(t, checkDockerignore("**/*.sql\n", need), `excludes schema/migrations/0001.sql`)
+	deploytest.NoErrors(t, checkDockerignore("*.sql\n", need)) // only top-level .sql files, as in Docker
+	deploytest.WantError(t, checkDockerignore("go.*\n", need), "excludes go.mod")
+	deploytest.NoErrors(t, checkDockerignore("*\n!go.mod\n!go.sum\n!cmd\n!schema\n", need))
 }

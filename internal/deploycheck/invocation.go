@@ -94,34 +94,20 @@ func (cs clis) check(inv invocation) (*resolved, []error) {
 				fail("%s takes no arguments, got %q", c.path, args[i+1:])
 			}
 			i = len(args)
-		case strings.HasPrefix(a, "--"):
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			f := c.flags[name]
-			if f == nil {
-				fail("%s has no flag --%s", c.path, name)
-				continue
-			}
-			if f.takesValue() && !hasVal {
-				if i+1 >= len(args) {
-					fail("--%s needs a value", name)
-					continue
-				}
-				i++
-				val = args[i]
-			} else if !hasVal {
-				val = "true"
-			}
-			set(f, val, true, "--"+name)
 		case strings.HasPrefix(a, "-") && len(a) > 1:
-			name, val, hasVal := strings.Cut(a[1:], "=")
-			f := c.short[name]
+			dash, byName := "-", c.short
+			if strings.HasPrefix(a, "--") {
+				dash, byName = "--", c.flags
+			}
+			name, val, hasVal := strings.Cut(a[len(dash):], "=")
+			f := byName[name]
 			if f == nil {
-				fail("%s has no flag -%s", c.path, name)
+				fail("%s has no flag %s%s", c.path, dash, name)
 				continue
 			}
 			if f.takesValue() && !hasVal {
 				if i+1 >= len(args) {
-					fail("-%s needs a value", name)
+					fail("%s%s needs a value", dash, name)
 					continue
 				}
 				i++
@@ -129,7 +115,7 @@ func (cs clis) check(inv invocation) (*resolved, []error) {
 			} else if !hasVal {
 				val = "true"
 			}
-			set(f, val, true, "-"+name)
+			set(f, val, true, dash+name)
 		default:
 			if !c.allowArgs {
 				fail("%s takes no arguments, got %q", c.path, a)

@@ -33,7 +33,7 @@ var knownKinds = map[string]string{
 
 // workload is one container of a base workload that runs the Nudge image.
 type workload struct {
-	m         manifest
+	m         document
 	where     string
 	labels    obj // the pod template's labels
 	container obj
@@ -42,7 +42,7 @@ type workload struct {
 
 // baseInfo is what components and overlays are checked against.
 type baseInfo struct {
-	objects   []manifest
+	objects   []document
 	secrets   map[string]map[string]string
 	workloads []workload
 }
@@ -65,7 +65,7 @@ func inspectBase(dir string, cs clis) (*baseInfo, []error) {
 	var kust obj
 	configMaps := map[string]map[string]string{}
 	secrets := map[string]map[string]string{}
-	var objects []manifest
+	var objects []document
 	for _, m := range docs {
 		if m.file == "kustomization.yaml" {
 			kust = m.doc
@@ -111,27 +111,7 @@ func inspectBase(dir string, cs clis) (*baseInfo, []error) {
 	if kust == nil {
 		fail(dir, "no kustomization.yaml")
 	} else {
-		listed := map[string]bool{}
-		for _, r := range list(kust, "resources") {
-			rs := fmt.Sprint(r)
-			listed[rs] = true
-			if _, err := os.Stat(filepath.Join(dir, rs)); err != nil {
-				fail("kustomization.yaml", "resource %s: %v", rs, err)
-			}
-		}
-		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		for _, f := range files {
-			b := filepath.Base(f)
-			switch {
-			case b == "kustomization.yaml":
-			case strings.Contains(b, ".example."):
-				if listed[b] {
-					fail("kustomization.yaml", "%s is an example with placeholder values; it must not be a resource", b)
-				}
-			case !listed[b]:
-				fail("kustomization.yaml", "%s is not listed in resources", b)
-			}
-		}
+		checkResourcesListed(dir, kust, fail)
 		ns := str(kust, "namespace")
 		found := false
 		for _, m := range objects {
@@ -340,7 +320,7 @@ func checkContainerSecurity(where string, pod, c obj, fail func(string, string, 
 
 // checkWorkloadTiming checks what must agree between a workload's spec and
 // its binary's flags.
-func checkWorkloadTiming(m manifest, where string, pod, c obj, r *resolved, fail func(string, string, ...any)) {
+func checkWorkloadTiming(m document, where string, pod, c obj, r *resolved, fail func(string, string, ...any)) {
 	kind := str(m.doc, "kind")
 	if kind == "CronJob" || kind == "Job" {
 		if r.has("every") && r.values["every"] != "" {

@@ -1,34 +1,35 @@
 package deploycheck
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nudgehq/nudge/deploy/manifest"
 )
 
-type manifest struct {
-	file string
+// document is one YAML document of a manifest file, decoded.
+type document struct {
+	file string // the file's base name
 	doc  obj
 }
 
-func (m manifest) where() string {
+// where names the document's object, for messages.
+func (m document) where() string {
 	return fmt.Sprintf("%s: %s %s", m.file, str(m.doc, "kind"), str(m.doc, "metadata", "name"))
 }
 
 // readManifests decodes every YAML document in dir's *.yaml files.
-func readManifests(dir string) ([]manifest, []error) {
+func readManifests(dir string) ([]document, []error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return nil, []error{fmt.Errorf("%s: no *.yaml files (%v)", dir, err)}
 	}
-	var out []manifest
+	var out []document
 	var errs []error
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -36,23 +37,49 @@ func readManifests(dir string) ([]manifest, []error) {
 			errs = append(errs, err)
 			continue
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for i := 1; ; i++ {
+		docs, err := manifest.Split(filepath.Base(f), data)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range docs {
 			var doc obj
-			err := dec.Decode(&doc)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: document %d: %w", filepath.Base(f), i, err))
-				break
+			if err := yaml.Unmarshal(d.Data, &doc); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", d, err))
+				continue
 			}
 			if doc != nil {
-				out = append(out, manifest{file: filepath.Base(f), doc: doc})
+				out = append(out, document{file: d.File, doc: doc})
 			}
 		}
 	}
 	return out, errs
+}
+
+// checkResourcesListed checks that the resources a kustomization in dir
+// lists exist, and that they are every *.yaml file of dir but the
+// *.example.* ones, which hold placeholder values and must not be listed.
+func checkResourcesListed(dir string, kust obj, fail func(where, format string, a ...any)) {
+	listed := map[string]bool{}
+	for _, r := range list(kust, "resources") {
+		rs := fmt.Sprint(r)
+		listed[rs] = true
+		if _, err := os.Stat(filepath.Join(dir, rs)); err != nil {
+			fail("kustomization.yaml", "resource %s: %v", rs, err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, f := range files {
+		b := filepath.Base(f)
+		switch {
+		case b == "kustomization.yaml":
+		case strings.Contains(b, ".example."):
+			if listed[b] {
+				fail("kustomization.yaml", "%s is an example with placeholder values; it must not be a resource", b)
+			}
+		case !listed[b]:
+			fail("kustomization.yaml", "%s is not listed in resources", b)
+		}
+	}
 }
 
 // podTemplate is where a workload keeps its pod template.

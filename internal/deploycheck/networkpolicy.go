@@ -69,18 +69,18 @@ func rulePorts(rule any) []portRule {
 	return out
 }
 
-func hasType(np manifest, typ string) bool {
+func hasType(np document, typ string) bool {
 	return slices.ContainsFunc(list(np.doc, "spec", "policyTypes"), func(v any) bool { return v == typ })
 }
 
 // checkNetworkPolicies checks what the base's NetworkPolicies allow each
 // workload against what its binary connects to and serves.
-func checkNetworkPolicies(objects []manifest, workloads []workload) []error {
+func checkNetworkPolicies(objects []document, workloads []workload) []error {
 	var errs []error
 	fail := func(where, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{where}, a...)...))
 	}
-	var policies []manifest
+	var policies []document
 	for _, m := range objects {
 		if str(m.doc, "kind") == "NetworkPolicy" {
 			policies = append(policies, m)

@@ -1,39 +1,40 @@
 package deploycheck
 
 import (
-	"path/filepath"
 	"testing"
+
+	"github.com/nudgehq/nudge/deploy/deploytest"
 )
 
 func TestNetworkPolicyCheckerCatches(t *testing.T) {
 	cs := binaries(t)
-	src := filepath.Join(mustRoot(t), "deploy", "k8s", "base")
-	for _, b := range []breakage{
-		{name: "no broker egress", file: "networkpolicy.yaml", old: "        - protocol: TCP\n          port: 5671\n", new: "",
-			want: "no NetworkPolicy allows egress to TCP 5671, which --amqp-url (from NUDGE_AMQP_URL) needs"},
-		{name: "SMTP port of the URL not allowed", file: "secret.example.yaml", old: "smtp.example.com:587", new: "smtp.example.com:2525",
-			want: "no NetworkPolicy allows egress to TCP 2525"},
-		{name: "SMTP egress for everyone", file: "networkpolicy.yaml", old: "  name: nudge-email-worker-smtp\n  labels:\n    app.kubernetes.io/name: nudge\n    app.kubernetes.io/component: email-worker\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: nudge\n      app.kubernetes.io/component: email-worker\n",
-			new: "  name: nudge-email-worker-smtp\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: nudge\n", want: "which sms-worker never connects to"},
-		{name: "metrics ingress from anywhere", file: "networkpolicy.yaml", old: "    - from:\n        - namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: monitoring\n      ports:",
-			new: "    - ports:", want: "an ingress rule without from admits any source"},
-		{name: "ingress to the wrong port", file: "networkpolicy.yaml", old: "          port: metrics", new: "          port: 9090",
-			want: "admits ingress to TCP 9090, which is not the --listen port 8080"},
-		{name: "ingress to the dispatcher", file: "networkpolicy.yaml", old: `values: ["email-worker", "sms-worker", "reconciler"]`, new: `values: ["email-worker", "sms-worker", "reconciler", "dispatcher"]`,
-			want: "dispatcher serves nothing"},
-		{name: "no default deny", file: "networkpolicy.yaml", old: `  policyTypes: ["Ingress", "Egress"]`, new: `  policyTypes: ["Egress"]`,
-			want: "no NetworkPolicy denies by default"},
-		{name: "egress without ports", file: "networkpolicy.yaml", old: "    - ports:\n        - protocol: TCP\n          port: 443\n", new: "    - to:\n        - ipBlock:\n            cidr: 0.0.0.0/0\n",
-			want: "an egress rule without ports allows every port"},
-		{name: "unbounded pool", file: "secret.example.yaml", old: "verify-full&pool_max_conns=4\n  NUDGE_AMQP_URL: amqps://nudge-reconciler", new: "verify-full\n  NUDGE_AMQP_URL: amqps://nudge-reconciler",
-			want: "reconciler: --database-url (from NUDGE_DATABASE_URL) must set pool_max_conns"},
-		{name: "pool below concurrency", file: "secret.example.yaml", old: "sms_worker:CHANGE-ME@postgres.example.internal:5432/nudge?sslmode=verify-full&pool_max_conns=6", new: "sms_worker:CHANGE-ME@postgres.example.internal:5432/nudge?sslmode=verify-full&pool_max_conns=2",
-			want: "pool_max_conns=2 is below --concurrency 4 + 1"},
-		{name: "policy selecting nothing", file: "networkpolicy.yaml", old: "      app.kubernetes.io/component: sms-worker\n  policyTypes", new: "      app.kubernetes.io/component: sms-wroker\n  policyTypes",
-			want: "podSelector matches no Nudge workload's pods"},
+	src := k8sTree(t).Base()
+	for _, b := range []deploytest.Breakage{
+		{Name: "no broker egress", File: "networkpolicy.yaml", Old: "        - protocol: TCP\n          port: 5671\n", New: "",
+			Want: "no NetworkPolicy allows egress to TCP 5671, which --amqp-url (from NUDGE_AMQP_URL) needs"},
+		{Name: "SMTP port of the URL not allowed", File: "secret.example.yaml", Old: "smtp.example.com:587", New: "smtp.example.com:2525",
+			Want: "no NetworkPolicy allows egress to TCP 2525"},
+		{Name: "SMTP egress for everyone", File: "networkpolicy.yaml", Old: "  name: nudge-email-worker-smtp\n  labels:\n    app.kubernetes.io/name: nudge\n    app.kubernetes.io/component: email-worker\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: nudge\n      app.kubernetes.io/component: email-worker\n",
+			New: "  name: nudge-email-worker-smtp\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: nudge\n", Want: "which sms-worker never connects to"},
+		{Name: "metrics ingress from anywhere", File: "networkpolicy.yaml", Old: "    - from:\n        - namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: monitoring\n      ports:",
+			New: "    - ports:", Want: "an ingress rule without from admits any source"},
+		{Name: "ingress to the wrong port", File: "networkpolicy.yaml", Old: "          port: metrics", New: "          port: 9090",
+			Want: "admits ingress to TCP 9090, which is not the --listen port 8080"},
+		{Name: "ingress to the dispatcher", File: "networkpolicy.yaml", Old: `values: ["email-worker", "sms-worker", "reconciler"]`, New: `values: ["email-worker", "sms-worker", "reconciler", "dispatcher"]`,
+			Want: "dispatcher serves nothing"},
+		{Name: "no default deny", File: "networkpolicy.yaml", Old: `  policyTypes: ["Ingress", "Egress"]`, New: `  policyTypes: ["Egress"]`,
+			Want: "no NetworkPolicy denies by default"},
+		{Name: "egress without ports", File: "networkpolicy.yaml", Old: "    - ports:\n        - protocol: TCP\n          port: 443\n", New: "    - to:\n        - ipBlock:\n            cidr: 0.0.0.0/0\n",
+			Want: "an egress rule without ports allows every port"},
+		{Name: "unbounded pool", File: "secret.example.yaml", Old: "verify-full&pool_max_conns=4\n  NUDGE_AMQP_URL: amqps://nudge-reconciler", New: "verify-full\n  NUDGE_AMQP_URL: amqps://nudge-reconciler",
+			Want: "reconciler: --database-url (from NUDGE_DATABASE_URL) must set pool_max_conns"},
+		{Name: "pool below concurrency", File: "secret.example.yaml", Old: "sms_worker:CHANGE-ME@postgres.example.internal:5432/nudge?sslmode=verify-full&pool_max_conns=6", New: "sms_worker:CHANGE-ME@postgres.example.internal:5432/nudge?sslmode=verify-full&pool_max_conns=2",
+			Want: "pool_max_conns=2 is below --concurrency 4 + 1"},
+		{Name: "policy selecting nothing", File: "networkpolicy.yaml", Old: "      app.kubernetes.io/component: sms-worker\n  policyTypes", New: "      app.kubernetes.io/component: sms-wroker\n  policyTypes",
+			Want: "podSelector matches no Nudge workload's pods"},
 	} {
-		t.Run(b.name, func(t *testing.T) {
-			wantError(t, checkKustomize(broken(t, src, b), cs), b.want)
+		t.Run(b.Name, func(t *testing.T) {
+			deploytest.WantError(t, checkKustomize(b.Copy(t, src), cs), b.Want)
 		})
 	}
 }

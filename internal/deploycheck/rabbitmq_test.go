@@ -16,7 +16,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/nudgehq/nudge/deploy/deploytest"
 	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/testenv"
 )
 
 func definitionsFile(t *testing.T) string {
@@ -33,53 +35,53 @@ func TestRabbitMQDefinitions(t *testing.T) {
 	if topo.Prefix != "nudge" {
 		t.Fatalf("the default prefix is %q; definitions.json is written for nudge", topo.Prefix)
 	}
-	requireNoErrors(t, checkDefinitions(d, topo))
+	deploytest.NoErrors(t, checkDefinitions(d, topo))
 }
 
 func TestRabbitMQDefinitionsCheckerCatches(t *testing.T) {
 	t.Parallel()
 	topo := broker.Topology{}.WithDefaults()
-	for _, b := range []breakage{
-		{name: "dispatcher consumes work", old: `"configure": "^$", "write": "^nudge\\.work$", "read": "^$"}`,
-			new:  `"configure": "^$", "write": "^nudge\\.work$", "read": "^nudge\\.(email|sms)$"}`,
-			want: "user nudge-dispatcher must not have read on nudge.email (publishes, never consumes)"},
-		{name: "dispatcher writes the default exchange", old: `"configure": "^$", "write": "^nudge\\.work$"`,
-			new: `"configure": "^$", "write": "^(amq\\.default|nudge\\.work)$"`, want: "user nudge-dispatcher must not have write on amq.default"},
-		{name: "worker reads dead letters", old: `"read": "^nudge\\.email$"}`, new: `"read": "^nudge\\.email(\\.dead)?$"}`,
-			want: "user nudge-email-worker must not have read on nudge.email.dead"},
-		{name: "worker reads the other channel", old: `"read": "^nudge\\.email$"}`, new: `"read": "^nudge\\.(email|sms)$"}`,
-			want: "user nudge-email-worker must not have read on nudge.sms (consumes only nudge.email)"},
-		{name: "worker declares as it used to", old: `"configure": "^$", "write": "^(amq\\.default|nudge\\.dead)$"`,
-			new:  `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$", "write": "^(amq\\.default|nudge\\.dead)$"`,
-			want: "user nudge-email-worker must not have configure on nudge.email (only the migration step declares (or deletes) the topology)"},
-		{name: "worker cannot publish retries", old: `"write": "^(amq\\.default|nudge\\.dead)$"`, new: `"write": "^nudge\\.dead$"`,
-			want: "user nudge-email-worker needs write on amq.default"},
-		{name: "worker publishes new work", old: `"write": "^(amq\\.default|nudge\\.dead)$"`, new: `"write": "^(amq\\.default|nudge\\.(work|dead))$"`,
-			want: "user nudge-email-worker must not have write on nudge.work"},
-		{name: "worker binds its queue", old: `"write": "^(amq\\.default|nudge\\.dead)$"`, new: `"write": "^(amq\\.default|nudge\\.dead|nudge\\.email)$"`,
-			want: "user nudge-email-worker must not have write on nudge.email (could bind the queue)"},
-		{name: "retry tier not declarable", old: `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$"`,
-			new: `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead)?)$"`, want: "user nudge-migrate needs configure on nudge.email.retry.1s"},
-		{name: "dead-letter check forgotten", old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`,
-			new: `"read": "^nudge\\.(work|dead|(email|sms))$"}`, want: "needs read on nudge.email.retry.1s (declares the retry tier with a dead-letter exchange)"},
-		{name: "declarer reads dead letters", old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`,
-			new:  `"read": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$"}`,
-			want: "user nudge-migrate must not have read on nudge.email.dead"},
-		{name: "no declarer", old: `{"user": "nudge-migrate", "vhost": "nudge",`, new: `{"user": "nudge-migrate", "vhost": "other",`,
-			want: "user nudge-migrate has no permissions in vhost nudge"},
-		{name: "unanchored", old: `"write": "^nudge\\.work$"`, new: `"write": "nudge\\.work"`, want: "must be anchored"},
-		{name: "prefix match", old: `"write": "^nudge\\.work$"`, new: `"write": "^nudge\\.work"`, want: "must not have write on nudge.workx"},
-		{name: "administrator", old: `"tags": ["management"]`, new: `"tags": ["administrator"]`, want: "tag administrator"},
-		{name: "a password in the repository", old: `{"name": "nudge-keda", "password_hash": ""`, new: `{"name": "nudge-keda", "password_hash": "c2VjcmV0"`, want: "password_hash must stay empty"},
-		{name: "unknown field", old: `"rabbit_version"`, new: `"rabbit_versoin"`, want: `unknown field "rabbit_versoin"`},
+	for _, b := range []deploytest.Breakage{
+		{Name: "dispatcher consumes work", Old: `"configure": "^$", "write": "^nudge\\.work$", "read": "^$"}`,
+			New:  `"configure": "^$", "write": "^nudge\\.work$", "read": "^nudge\\.(email|sms)$"}`,
+			Want: "user nudge-dispatcher must not have read on nudge.email (publishes, never consumes)"},
+		{Name: "dispatcher writes the default exchange", Old: `"configure": "^$", "write": "^nudge\\.work$"`,
+			New: `"configure": "^$", "write": "^(amq\\.default|nudge\\.work)$"`, Want: "user nudge-dispatcher must not have write on amq.default"},
+		{Name: "worker reads dead letters", Old: `"read": "^nudge\\.email$"}`, New: `"read": "^nudge\\.email(\\.dead)?$"}`,
+			Want: "user nudge-email-worker must not have read on nudge.email.dead"},
+		{Name: "worker reads the other channel", Old: `"read": "^nudge\\.email$"}`, New: `"read": "^nudge\\.(email|sms)$"}`,
+			Want: "user nudge-email-worker must not have read on nudge.sms (consumes only nudge.email)"},
+		{Name: "worker declares as it used to", Old: `"configure": "^$", "write": "^(amq\\.default|nudge\\.dead)$"`,
+			New:  `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$", "write": "^(amq\\.default|nudge\\.dead)$"`,
+			Want: "user nudge-email-worker must not have configure on nudge.email (only the migration step declares (or deletes) the topology)"},
+		{Name: "worker cannot publish retries", Old: `"write": "^(amq\\.default|nudge\\.dead)$"`, New: `"write": "^nudge\\.dead$"`,
+			Want: "user nudge-email-worker needs write on amq.default"},
+		{Name: "worker publishes new work", Old: `"write": "^(amq\\.default|nudge\\.dead)$"`, New: `"write": "^(amq\\.default|nudge\\.(work|dead))$"`,
+			Want: "user nudge-email-worker must not have write on nudge.work"},
+		{Name: "worker binds its queue", Old: `"write": "^(amq\\.default|nudge\\.dead)$"`, New: `"write": "^(amq\\.default|nudge\\.dead|nudge\\.email)$"`,
+			Want: "user nudge-email-worker must not have write on nudge.email (could bind the queue)"},
+		{Name: "retry tier not declarable", Old: `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$"`,
+			New: `"configure": "^nudge\\.(work|dead|(email|sms)(\\.dead)?)$"`, Want: "user nudge-migrate needs configure on nudge.email.retry.1s"},
+		{Name: "dead-letter check forgotten", Old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`,
+			New: `"read": "^nudge\\.(work|dead|(email|sms))$"}`, Want: "needs read on nudge.email.retry.1s (declares the retry tier with a dead-letter exchange)"},
+		{Name: "declarer reads dead letters", Old: `"read": "^nudge\\.(work|dead|(email|sms)(\\.retry\\.[0-9hms]+)?)$"}`,
+			New:  `"read": "^nudge\\.(work|dead|(email|sms)(\\.dead|\\.retry\\.[0-9hms]+)?)$"}`,
+			Want: "user nudge-migrate must not have read on nudge.email.dead"},
+		{Name: "no declarer", Old: `{"user": "nudge-migrate", "vhost": "nudge",`, New: `{"user": "nudge-migrate", "vhost": "other",`,
+			Want: "user nudge-migrate has no permissions in vhost nudge"},
+		{Name: "unanchored", Old: `"write": "^nudge\\.work$"`, New: `"write": "nudge\\.work"`, Want: "must be anchored"},
+		{Name: "prefix match", Old: `"write": "^nudge\\.work$"`, New: `"write": "^nudge\\.work"`, Want: "must not have write on nudge.workx"},
+		{Name: "administrator", Old: `"tags": ["management"]`, New: `"tags": ["administrator"]`, Want: "tag administrator"},
+		{Name: "a password in the repository", Old: `{"name": "nudge-keda", "password_hash": ""`, New: `{"name": "nudge-keda", "password_hash": "c2VjcmV0"`, Want: "password_hash must stay empty"},
+		{Name: "unknown field", Old: `"rabbit_version"`, New: `"rabbit_versoin"`, Want: `unknown field "rabbit_versoin"`},
 	} {
-		t.Run(b.name, func(t *testing.T) {
-			d, err := readDefinitions(broken(t, definitionsFile(t), b))
+		t.Run(b.Name, func(t *testing.T) {
+			d, err := readDefinitions(b.Copy(t, definitionsFile(t)))
 			if err != nil {
-				wantError(t, []error{err}, b.want)
+				deploytest.WantError(t, []error{err}, b.Want)
 				return
 			}
-			wantError(t, checkDefinitions(d, topo), b.want)
+			deploytest.WantError(t, checkDefinitions(d, topo), b.Want)
 		})
 	}
 }
@@ -95,16 +97,16 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ip := net.ParseIP(base.Hostname()); base.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		unavailable(t, "rabbitmqctl manages the local node, but NUDGE_TEST_AMQP_URL is "+base.Redacted(), errors.New("not loopback"))
+		testenv.Unavailable(t, "a local RabbitMQ node", "rabbitmqctl manages the local node, but NUDGE_TEST_AMQP_URL is "+base.Redacted()+", which is not loopback", nil)
 	}
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		unavailable(t, "rabbitmqctl (install rabbitmq-server, or run `make services`)", err)
+		testenv.Unavailable(t, "rabbitmqctl", "install rabbitmq-server, or run `make services`", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	mqConfig := amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)}
 	if conn, err := amqp.DialConfig(amqpURL, mqConfig); err != nil {
-		unavailable(t, "RabbitMQ at "+base.Redacted(), err)
+		testenv.Unavailable(t, "RabbitMQ at "+base.Redacted(), "run `make services`", err)
 	} else {
 		conn.Close()
 	}
@@ -135,7 +137,7 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 	}
 	start := time.Now()
 	if err := rabbitmqctl(ctx, data, "import_definitions", "--format", "json"); err != nil { // no path: stdin
-		unavailable(t, "importing definitions with rabbitmqctl (needs root or the broker's Erlang cookie)", err)
+		testenv.Unavailable(t, "importing definitions with rabbitmqctl", "needs root or the broker's Erlang cookie", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
