@@ -1,7 +1,10 @@
 package deploycheck
 
 import (
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nudgehq/nudge/deploy/deploytest"
@@ -40,5 +43,67 @@ func TestComposeCheckerCatches(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			deploytest.WantError(t, checkCompose(b.Copy(t, src), cs), b.Want)
 		})
+	}
+}
+
+func TestComposeWords(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in      any
+		want    []string
+		wantErr string
+	}{
+		{in: nil},
+		{in: "dispatcher --every 5s", want: []string{"dispatcher", "--every", "5s"}},
+		{in: []any{"dispatcher", "--every", "5s"}, want: []string{"dispatcher", "--every", "5s"}},
+		{in: `sh -c "dispatcher"`, wantErr: "write the command as a list"},
+		{in: "dispatcher $FLAGS", wantErr: "write the command as a list"},
+		{in: []any{"dispatcher", 5}, wantErr: "command word 5 is not a string"},
+		{in: map[string]any{}, wantErr: "command of type map"},
+	} {
+		got, err := words(c.in)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("words(%#v): error %v, want %q", c.in, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("words(%#v) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+}
+
+func TestComposeEnv(t *testing.T) {
+	t.Parallel()
+	want := map[string]envValue{"A": {val: "1", known: true}, "B": {}, "C": {val: "", known: true}}
+	for _, in := range []any{
+		map[string]any{"A": 1, "B": nil, "C": ""},
+		[]any{"A=1", "B", "C="},
+	} {
+		got, err := composeEnv(in)
+		if err != nil || !maps.Equal(got, want) {
+			t.Errorf("composeEnv(%#v) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := composeEnv("A=1"); err == nil {
+		t.Error("environment as a string: no error")
+	}
+}
+
+func TestComposeDeps(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   any
+		want map[string]string
+	}{
+		{in: nil, want: map[string]string{}},
+		{in: []any{"postgres", "rabbitmq"}, want: map[string]string{"postgres": "service_started", "rabbitmq": "service_started"}},
+		{in: map[string]any{"postgres": map[string]any{"condition": "service_healthy"}, "migrate": map[string]any{"restart": true}},
+			want: map[string]string{"postgres": "service_healthy", "migrate": "service_started"}},
+	} {
+		if got := composeDeps(c.in); !maps.Equal(got, c.want) {
+			t.Errorf("composeDeps(%#v) = %v, want %v", c.in, got, c.want)
+		}
 	}
 }

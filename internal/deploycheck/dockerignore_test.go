@@ -29,3 +29,26 @@ func TestDockerignoreCheckerCatches(t *testing.T) {
 	deploytest.WantError(t, checkDockerignore("go.*\n", need), "excludes go.mod")
 	deploytest.NoErrors(t, checkDockerignore("*\n!go.mod\n!go.sum\n!cmd\n!schema\n", need))
 }
+
+func TestGlobMatch(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		glob, name string
+		want       bool
+	}{
+		{"schema", "schema", true},
+		{"schema", "schema/x.sql", false}, // checkDockerignore tries each parent itself
+		{"*.sql", "x.sql", true},
+		{"*.sql", "schema/x.sql", false},
+		{"**/*.sql", "x.sql", true},
+		{"**/*.sql", "schema/migrations/x.sql", true},
+		{"**/*.sql", "schema/migrations/x.go", false},
+		{"**", "anything/at/all", true},
+		{"cmd/*", "cmd/dispatcher", true},
+		{"cmd/*", "internal/dispatcher", false},
+	} {
+		if got := globMatch(c.glob, c.name); got != c.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", c.glob, c.name, got, c.want)
+		}
+	}
+}

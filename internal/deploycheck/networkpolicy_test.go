@@ -38,3 +38,29 @@ func TestNetworkPolicyCheckerCatches(t *testing.T) {
 		})
 	}
 }
+
+func TestURLPort(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		flag, value string
+		want        int
+		wantErr     bool
+	}{
+		{flag: "database-url", value: "postgres://u@db/nudge", want: 5432},
+		{flag: "database-url", value: "postgresql://u@db:6432/nudge", want: 6432},
+		{flag: "amqp-url", value: "amqp://u@mq/", want: 5672},
+		{flag: "amqp-url", value: "amqps://u@mq/nudge", want: 5671},
+		{flag: "sms-url", value: "https://sms.example.com/send", want: 443},
+		{flag: "sms-url", value: "http://fake-sms:9025", want: 9025},
+		{flag: "smtp-url", value: "smtp://mail.example.com", want: 25},
+		{flag: "smtp-url", value: "smtps://mail.example.com", want: 465},
+		{flag: "smtp-url", value: "smtp://mail.example.com:587", want: 587},
+		{flag: "smtp-url", value: "imap://mail.example.com", wantErr: true},
+		{flag: "sms-url", value: "ftp://x", wantErr: true},
+	} {
+		got, err := urlPort(c.flag, c.value)
+		if (err != nil) != c.wantErr || got != c.want {
+			t.Errorf("urlPort(%s, %s) = %d, %v; want %d (error: %v)", c.flag, c.value, got, err, c.want, c.wantErr)
+		}
+	}
+}

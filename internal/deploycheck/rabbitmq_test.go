@@ -1,7 +1,10 @@
 package deploycheck
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net"
@@ -9,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -315,5 +319,22 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// passwordHash must be what RabbitMQ computes, or no imported user could
+// log in: base64(salt ++ SHA-256(salt ++ password)), a fresh salt each time.
+func TestPasswordHash(t *testing.T) {
+	t.Parallel()
+	h1, h2 := passwordHash("s3cret"), passwordHash("s3cret")
+	if h1 == h2 {
+		t.Error("two hashes of one password are equal: the salt is not random")
+	}
+	raw, err := base64.StdEncoding.DecodeString(h1)
+	if err != nil || len(raw) != 4+sha256.Size {
+		t.Fatalf("hash %q: %d bytes, %v", h1, len(raw), err)
+	}
+	if sum := sha256.Sum256(append(slices.Clone(raw[:4]), "s3cret"...)); !bytes.Equal(raw[4:], sum[:]) {
+		t.Error("the hash is not SHA-256(salt ++ password)")
 	}
 }
