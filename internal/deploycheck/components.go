@@ -58,14 +58,9 @@ func checkComponent(dir string, base *baseInfo) []error {
 				examples[str(m.doc, "metadata", "name")] = keys
 			}
 		default:
-			kind, api := str(m.doc, "kind"), str(m.doc, "apiVersion")
-			if want, ok := componentKinds[kind]; !ok {
-				fail(m.where(), "kind %s is not one a component is expected to hold", kind)
-				continue
-			} else if api != want {
-				fail(m.where(), "apiVersion %s, want %s", api, want)
+			if checkKind(m, componentKinds, "a component", fail) {
+				objects = append(objects, m)
 			}
-			objects = append(objects, m)
 		}
 	}
 	if kust == nil {

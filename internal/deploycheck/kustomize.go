@@ -79,11 +79,8 @@ func inspectBase(dir string, cs clis) (*baseInfo, []error) {
 			fail(m.file, "a document lacks apiVersion, kind or metadata.name")
 			continue
 		}
-		if want, ok := knownKinds[kind]; !ok {
-			fail(m.where(), "kind %s is not one the base is expected to hold", kind)
+		if !checkKind(m, knownKinds, "the base", fail) {
 			continue
-		} else if api != want {
-			fail(m.where(), "apiVersion %s, want %s", api, want)
 		}
 		objects = append(objects, m)
 		switch kind {

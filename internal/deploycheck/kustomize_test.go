@@ -36,6 +36,7 @@ func TestKustomizeCheckerCatches(t *testing.T) {
 		{Name: "service links", File: "sms-worker.yaml", Old: "enableServiceLinks: false", New: "enableServiceLinks: true", Want: "enableServiceLinks must be false"},
 		{Name: "unlisted resource", File: "kustomization.yaml", Old: "  - reconciler.yaml\n", New: "", Want: "reconciler.yaml is not listed in resources"},
 		{Name: "example secret deployed", File: "kustomization.yaml", Old: "  - reconciler.yaml\n", New: "  - reconciler.yaml\n  - secret.example.yaml\n", Want: "must not be a resource"},
+		{Name: "wrong apiVersion", File: "migrate-job.yaml", Old: "apiVersion: batch/v1", New: "apiVersion: batch/v1beta1", Want: "apiVersion batch/v1beta1, want batch/v1"},
 		{Name: "unknown kind", File: "namespace.yaml", Old: "kind: Namespace", New: "kind: Namespaces", Want: "kind Namespaces is not one"},
 		{Name: "missing name", File: "configmap.yaml", Old: "name: nudge-config", New: "labelz: x", Want: "lacks apiVersion, kind or metadata.name"},
 		{Name: "unknown binary", File: "migrate-job.yaml", Old: `["nudgectl", "migrate",`, New: `["nudge-ctl", "migrate",`, Want: `"nudge-ctl" is not a binary`},

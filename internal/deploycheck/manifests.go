@@ -55,6 +55,22 @@ func readManifests(dir string) ([]document, []error) {
 	return out, errs
 }
 
+// checkKind checks that m's kind is one of kinds (kind → apiVersion), which
+// holder ("the base") is expected to hold, with that apiVersion. It reports
+// whether the kind is known.
+func checkKind(m document, kinds map[string]string, holder string, fail func(where, format string, a ...any)) bool {
+	kind, api := str(m.doc, "kind"), str(m.doc, "apiVersion")
+	want, ok := kinds[kind]
+	if !ok {
+		fail(m.where(), "kind %s is not one %s is expected to hold", kind, holder)
+		return false
+	}
+	if api != want {
+		fail(m.where(), "apiVersion %s, want %s", api, want)
+	}
+	return true
+}
+
 // checkResourcesListed checks that the resources a kustomization in dir
 // lists exist, and that they are every *.yaml file of dir but the
 // *.example.* ones, which hold placeholder values and must not be listed.
