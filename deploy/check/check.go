@@ -1,10 +1,8 @@
 package check
 
 import (
-	"bufio"
 	"bytes"
 	stdjson "encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,11 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nudgehq/nudge/deploy/manifest"
 )
 
 // scheme holds every API type Nudge's manifests may use. A kind outside it
@@ -51,43 +50,10 @@ var scheme = func() *runtime.Scheme {
 var strict = json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme, scheme,
 	json.SerializerOptions{Yaml: true, Strict: true})
 
-// Document is one YAML document of a file.
-type Document struct {
-	File  string // for messages
-	Index int    // 1-based, within the file
-	Data  []byte
-}
-
-func (d Document) String() string { return fmt.Sprintf("%s: document %d", d.File, d.Index) }
-
-// SplitDocuments splits a multi-document YAML stream, skipping empty
-// documents (only comments).
-func SplitDocuments(name string, data []byte) ([]Document, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var out []Document
-	for i := 1; ; i++ {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, fmt.Errorf("%s: document %d: %w", name, i, err)
-		}
-		var probe map[string]any
-		if err := yaml.Unmarshal(doc, &probe); err != nil {
-			return out, fmt.Errorf("%s: document %d: %w", name, i, err)
-		}
-		if len(probe) == 0 {
-			continue
-		}
-		out = append(out, Document{File: name, Index: i, Data: doc})
-	}
-}
-
 // Decode decodes one document strictly into its real type and returns it:
 // a kustomize Kustomization or Component, a KEDA object, or an object of
 // the scheme.
-func Decode(d Document) (any, error) {
+func Decode(d manifest.Document) (any, error) {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(d.Data, &tm); err != nil {
 		return nil, fmt.Errorf("%s: %w", d, err)
@@ -135,14 +101,15 @@ func decodeCustom[T any](data []byte) (*T, error) {
 
 // DecodeFile decodes every document of a file.
 func DecodeFile(path string) ([]any, []error) {
-	data, err := os.ReadFile(path)
+	docs, err := manifest.ReadFile(path)
 	if err != nil {
 		return nil, []error{err}
 	}
-	docs, err := SplitDocuments(path, data)
-	if err != nil {
-		return nil, []error{err}
-	}
+	return DecodeAll(docs)
+}
+
+// DecodeAll decodes documents, going on past the ones that fail.
+func DecodeAll(docs []manifest.Document) ([]any, []error) {
 	var objs []any
 	var errs []error
 	for _, d := range docs {

@@ -1,9 +1,7 @@
 package check
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,49 +10,59 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nudgehq/nudge/deploy/deploytest"
+	"github.com/nudgehq/nudge/deploy/manifest"
 )
 
 // k8sDir is deploy/k8s, seen from this package's directory.
-var k8sDir = filepath.Join("..", "k8s")
+var (
+	k8sDir = filepath.Join("..", "k8s")
+	tree   = manifest.Tree(k8sDir)
+)
 
-func overlays(t *testing.T) []string {
-	t.Helper()
-	dirs, err := filepath.Glob(filepath.Join(k8sDir, "overlays", "*"))
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no overlays under %s (%v)", k8sDir, err)
-	}
-	return dirs
-}
-
-// rendered builds dir with kustomize and decodes every object it renders.
-func rendered(t *testing.T, dir string) []any {
+// render builds dir with kustomize and decodes every object it renders.
+func render(t *testing.T, dir string) ([]any, []error) {
 	t.Helper()
 	out, err := Build(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := SplitDocuments("kustomize build "+dir, out)
+	docs, err := manifest.Split("kustomize build "+dir, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []any
-	for _, d := range docs {
-		o, err := Decode(d)
-		if err != nil {
-			t.Error(err)
-			continue
-		}
-		objs = append(objs, o)
-	}
+	return DecodeAll(docs)
+}
+
+// rendered is render, its decoding errors reported.
+func rendered(t *testing.T, dir string) []any {
+	t.Helper()
+	objs, errs := render(t, dir)
+	deploytest.NoErrors(t, errs)
 	return objs
+}
+
+// ruleErrors loads the rules of every PrometheusRule of a file.
+func ruleErrors(t *testing.T, file string) []error {
+	t.Helper()
+	objs, errs := DecodeFile(file)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var ruleErrs []error
+	for _, o := range objs {
+		if pr, ok := o.(*monitoringv1.PrometheusRule); ok {
+			ruleErrs = append(ruleErrs, CheckRules(pr)...)
+		}
+	}
+	return ruleErrs
 }
 
 func TestSourceManifestsDecodeStrictly(t *testing.T) {
 	t.Parallel()
 	files, errs := DecodeTree(k8sDir)
-	for _, err := range errs {
-		t.Error(err)
-	}
+	deploytest.NoErrors(t, errs)
 	n := 0
 	for _, objs := range files {
 		n += len(objs)
@@ -67,7 +75,7 @@ func TestSourceManifestsDecodeStrictly(t *testing.T) {
 
 func TestKustomizeBuildsBase(t *testing.T) {
 	t.Parallel()
-	objs := rendered(t, filepath.Join(k8sDir, "base"))
+	objs := rendered(t, tree.Base())
 	if len(objs) < 10 {
 		t.Fatalf("the base rendered only %d objects", len(objs))
 	}
@@ -118,12 +126,14 @@ func checkRendered(overlay string, objs []any) []error {
 
 func TestKustomizeBuildsOverlays(t *testing.T) {
 	t.Parallel()
-	for _, dir := range overlays(t) {
+	dirs, err := tree.Overlays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			t.Parallel()
-			for _, err := range checkRendered(filepath.Base(dir), rendered(t, dir)) {
-				t.Error(err)
-			}
+			deploytest.NoErrors(t, checkRendered(filepath.Base(dir), rendered(t, dir)))
 		})
 	}
 }
@@ -138,9 +148,7 @@ func TestPrometheusRulesLoad(t *testing.T) {
 	for _, objs := range files {
 		for _, o := range objs {
 			if pr, ok := o.(*monitoringv1.PrometheusRule); ok {
-				for _, err := range CheckRules(pr) {
-					t.Error(err)
-				}
+				deploytest.NoErrors(t, CheckRules(pr))
 				for _, g := range pr.Spec.Groups {
 					rules += len(g.Rules)
 				}
@@ -152,110 +160,50 @@ func TestPrometheusRulesLoad(t *testing.T) {
 	}
 }
 
-// copyTree copies deploy/k8s to a temporary directory, for breaking.
-func copyTree(t *testing.T) string {
-	t.Helper()
-	dst := t.TempDir()
-	err := filepath.WalkDir(k8sDir, func(path string, e os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(k8sDir, path)
-		if e.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
-
-func replaceIn(t *testing.T, file, old, new string) {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(data, []byte(old)) {
-		t.Fatalf("%s no longer contains %q: update this case", file, old)
-	}
-	if err := os.WriteFile(file, bytes.Replace(data, []byte(old), []byte(new), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func wantErr(t *testing.T, errs []error, want string) {
-	t.Helper()
-	for _, e := range errs {
-		if strings.Contains(e.Error(), want) {
-			t.Logf("caught: %v", e)
-			return
-		}
-	}
-	t.Errorf("no error mentions %q; got %v", want, errs)
-}
-
 // The checks fail on a deliberately broken copy of the manifests.
 func TestChecksCatchBrokenManifests(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name, file, old, new, want string
-	}{
-		{"unknown field", "base/email-worker.yaml", "terminationGracePeriodSeconds: 40", "terminationGracePeriodSecond: 40",
-			`unknown field "spec.template.spec.terminationGracePeriodSecond"`},
-		{"misplaced field", "base/reconciler.yaml", "      terminationGracePeriodSeconds: 30\n", "      terminationGracePeriodSeconds: 30\n      readOnlyRootFilesystem: true\n",
-			`unknown field "spec.template.spec.readOnlyRootFilesystem"`},
-		{"duplicate field", "base/configmap.yaml", "  NUDGE_LOG_LEVEL: info\n", "  NUDGE_LOG_LEVEL: info\n  NUDGE_LOG_LEVEL: debug\n", "NUDGE_LOG_LEVEL"},
-		{"bad quantity", "base/sms-worker.yaml", "memory: 256Mi", "memory: 256 megabytes", "quantities must match"},
-		{"wrong type", "base/dispatcher-cronjob.yaml", "startingDeadlineSeconds: 30", "startingDeadlineSeconds: thirty", "startingDeadlineSeconds"},
-		{"unknown kind", "base/namespace.yaml", "kind: Namespace", "kind: Namespaces", `no kind "Namespaces"`},
-		{"unknown kustomize field", "overlays/example/kustomization.yaml", "components:", "component:", `unknown field "component"`},
-		{"KEDA field misspelt", "components/autoscaling/scaledobjects.yaml", "minReplicaCount: 2", "minReplicas: 2", `unknown field "minReplicas"`},
-		{"KEDA metadata not a string", "components/autoscaling/scaledobjects.yaml", `value: "500"`, `value: 500`, "cannot unmarshal number into Go struct field scaleTriggers.spec.triggers.metadata of type string"},
-		{"ServiceMonitor field misspelt", "components/monitoring/servicemonitors.yaml", "  endpoints:", "  endpoint:", `unknown field "spec.endpoint"`},
+	for _, b := range []deploytest.Breakage{
+		{Name: "unknown field", File: "base/email-worker.yaml", Old: "terminationGracePeriodSeconds: 40", New: "terminationGracePeriodSecond: 40",
+			Want: `unknown field "spec.template.spec.terminationGracePeriodSecond"`},
+		{Name: "misplaced field", File: "base/reconciler.yaml", Old: "      terminationGracePeriodSeconds: 30\n", New: "      terminationGracePeriodSeconds: 30\n      readOnlyRootFilesystem: true\n",
+			Want: `unknown field "spec.template.spec.readOnlyRootFilesystem"`},
+		{Name: "duplicate field", File: "base/configmap.yaml", Old: "  NUDGE_LOG_LEVEL: info\n", New: "  NUDGE_LOG_LEVEL: info\n  NUDGE_LOG_LEVEL: debug\n",
+			Want: "NUDGE_LOG_LEVEL"},
+		{Name: "bad quantity", File: "base/sms-worker.yaml", Old: "memory: 256Mi", New: "memory: 256 megabytes",
+			Want: "quantities must match"},
+		{Name: "wrong type", File: "base/dispatcher-cronjob.yaml", Old: "startingDeadlineSeconds: 30", New: "startingDeadlineSeconds: thirty",
+			Want: "startingDeadlineSeconds"},
+		{Name: "unknown kind", File: "base/namespace.yaml", Old: "kind: Namespace", New: "kind: Namespaces",
+			Want: `no kind "Namespaces"`},
+		{Name: "unknown kustomize field", File: "overlays/example/kustomization.yaml", Old: "components:", New: "component:",
+			Want: `unknown field "component"`},
+		{Name: "KEDA field misspelt", File: "components/autoscaling/scaledobjects.yaml", Old: "minReplicaCount: 2", New: "minReplicas: 2",
+			Want: `unknown field "minReplicas"`},
+		{Name: "KEDA metadata not a string", File: "components/autoscaling/scaledobjects.yaml", Old: `value: "500"`, New: `value: 500`,
+			Want: "cannot unmarshal number into Go struct field scaleTriggers.spec.triggers.metadata of type string"},
+		{Name: "ServiceMonitor field misspelt", File: "components/monitoring/servicemonitors.yaml", Old: "  endpoints:", New: "  endpoint:",
+			Want: `unknown field "spec.endpoint"`},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			dir := copyTree(t)
-			file := filepath.Join(dir, filepath.FromSlash(c.file))
-			replaceIn(t, file, c.old, c.new)
-			_, errs := DecodeFile(file)
-			wantErr(t, errs, c.want)
+			_, errs := DecodeFile(filepath.Join(b.Copy(t, k8sDir), filepath.FromSlash(b.File)))
+			deploytest.WantError(t, errs, b.Want)
 		})
 	}
 
 	t.Run("rendered overlay", func(t *testing.T) {
 		t.Parallel()
-		dir := copyTree(t)
-		replaceIn(t, filepath.Join(dir, "base", "email-worker.yaml"), "terminationGracePeriodSeconds: 40", "terminationGracePeriodSecond: 40")
-		out, err := Build(filepath.Join(dir, "overlays", "example"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs, err := SplitDocuments("rendered", out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var errs []error
-		for _, d := range docs {
-			if _, err := Decode(d); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		wantErr(t, errs, `unknown field "spec.template.spec.terminationGracePeriodSecond"`)
+		b := deploytest.Breakage{Name: "rendered overlay", File: "base/email-worker.yaml", Old: "terminationGracePeriodSeconds: 40", New: "terminationGracePeriodSecond: 40",
+			Want: `unknown field "spec.template.spec.terminationGracePeriodSecond"`}
+		_, errs := render(t, filepath.Join(b.Copy(t, k8sDir), "overlays", "example"))
+		deploytest.WantError(t, errs, b.Want)
 	})
 
 	t.Run("kustomize build fails", func(t *testing.T) {
 		t.Parallel()
-		dir := copyTree(t)
-		replaceIn(t, filepath.Join(dir, "components", "autoscaling", "kustomization.yaml"), "  - scaledobjects.yaml", "  - scaledobject.yaml")
-		_, err := Build(filepath.Join(dir, "overlays", "example"))
+		b := deploytest.Breakage{Name: "kustomize build fails", File: "components/autoscaling/kustomization.yaml", Old: "  - scaledobjects.yaml", New: "  - scaledobject.yaml"}
+		_, err := Build(filepath.Join(b.Copy(t, k8sDir), "overlays", "example"))
 		if err == nil {
 			t.Fatal("kustomize build succeeded with a missing resource")
 		}
@@ -264,45 +212,20 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 
 	t.Run("patch that matches nothing", func(t *testing.T) {
 		t.Parallel()
-		dir := copyTree(t)
-		replaceIn(t, filepath.Join(dir, "components", "autoscaling", "kustomization.yaml"), "name: nudge-sms-worker", "name: nudge-sms-wroker")
-		wantErr(t, checkRendered("example", rendered(t, filepath.Join(dir, "overlays", "example"))),
-			"Deployment nudge-sms-worker keeps replicas 2 although KEDA scales it")
+		b := deploytest.Breakage{Name: "patch that matches nothing", File: "components/autoscaling/kustomization.yaml", Old: "name: nudge-sms-worker", New: "name: nudge-sms-wroker",
+			Want: "Deployment nudge-sms-worker keeps replicas 2 although KEDA scales it"}
+		deploytest.WantError(t, checkRendered("example", rendered(t, filepath.Join(b.Copy(t, k8sDir), "overlays", "example"))), b.Want)
 	})
 
 	t.Run("bad PromQL", func(t *testing.T) {
 		t.Parallel()
-		dir := copyTree(t)
-		file := filepath.Join(dir, "components", "monitoring", "prometheusrule.yaml")
-		replaceIn(t, file, "(nudge_reconcile_lag_seconds) > 120", "(nudge_reconcile_lag_seconds > 120")
-		objs, errs := DecodeFile(file)
-		if len(errs) > 0 {
-			t.Fatal(errs)
-		}
-		var ruleErrs []error
-		for _, o := range objs {
-			if pr, ok := o.(*monitoringv1.PrometheusRule); ok {
-				ruleErrs = append(ruleErrs, CheckRules(pr)...)
-			}
-		}
-		wantErr(t, ruleErrs, "unclosed left parenthesis")
+		b := deploytest.Breakage{Name: "bad PromQL", File: "components/monitoring/prometheusrule.yaml", Old: "(nudge_reconcile_lag_seconds) > 120", New: "(nudge_reconcile_lag_seconds > 120", Want: "unclosed left parenthesis"}
+		deploytest.WantError(t, ruleErrors(t, filepath.Join(b.Copy(t, k8sDir), filepath.FromSlash(b.File))), b.Want)
 	})
 
 	t.Run("bad template", func(t *testing.T) {
 		t.Parallel()
-		dir := copyTree(t)
-		file := filepath.Join(dir, "components", "monitoring", "prometheusrule.yaml")
-		replaceIn(t, file, "The {{ $labels.channel }} dead-letter queue", "The {{ $labels.channel dead-letter queue")
-		objs, errs := DecodeFile(file)
-		if len(errs) > 0 {
-			t.Fatal(errs)
-		}
-		var ruleErrs []error
-		for _, o := range objs {
-			if pr, ok := o.(*monitoringv1.PrometheusRule); ok {
-				ruleErrs = append(ruleErrs, CheckRules(pr)...)
-			}
-		}
-		wantErr(t, ruleErrs, "annotation \"description\"")
+		b := deploytest.Breakage{Name: "bad template", File: "components/monitoring/prometheusrule.yaml", Old: "The {{ $labels.channel }} dead-letter queue", New: "The {{ $labels.channel dead-letter queue", Want: "annotation \"description\""}
+		deploytest.WantError(t, ruleErrors(t, filepath.Join(b.Copy(t, k8sDir), filepath.FromSlash(b.File))), b.Want)
 	})
 }

@@ -11,5 +11,10 @@
 //	cd deploy/check && go test ./...   (or make test-deploy)
 //
 // internal/deploycheck, in the main module, checks the same files against the
-// binaries' real flags, the broker topology and each other.
+// binaries' real flags, the broker topology and each other. The two share
+// deploy/manifest (splitting the YAML files, the tree's layout) and
+// deploy/deploytest (breaking copies of the files in tests): this module
+// requires the main module through `replace github.com/nudgehq/nudge => ../..`,
+// and the main module never requires this one, so that the Kubernetes
+// dependencies stay here.
 package check

@@ -3,6 +3,7 @@ module github.com/nudgehq/nudge/deploy/check
 go 1.26.7
 
 require (
+	github.com/nudgehq/nudge v0.0.0-00010101000000-000000000000
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
 	github.com/prometheus/common v0.72.1
 	github.com/prometheus/prometheus v0.316.0
@@ -72,3 +73,5 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+replace github.com/nudgehq/nudge => ../..
