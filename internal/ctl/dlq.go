@@ -20,6 +20,7 @@ import (
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -151,7 +152,7 @@ record commit first, then the message is acknowledged; every other message goes 
 
 type dlqSession struct {
 	ctx   context.Context
-	pool  ops.Beginner
+	pool  pg.Beginner
 	read  *ops.DLQRead
 	close func()
 }

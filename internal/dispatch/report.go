@@ -9,6 +9,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/pg"
 )
 
 // Report returns an AfterRun hook that records runs in dispatch_runs (the
@@ -17,7 +18,7 @@ import (
 // CronJob's process is gone before any scrape could reach it. In an --every
 // loop, idle runs are recorded at most once a minute (a CronJob's cadence),
 // so a one-second loop does not write 86,400 heartbeat rows a day.
-func Report(db ops.Querier, actor, pushgateway string, reg prometheus.Gatherer, log zerolog.Logger) func(context.Context, Summary, error) {
+func Report(db pg.Querier, actor, pushgateway string, reg prometheus.Gatherer, log zerolog.Logger) func(context.Context, Summary, error) {
 	var lastRecorded time.Time
 	return func(ctx context.Context, sum Summary, runErr error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -96,7 +97,7 @@ func (s *Stats) OldestDueAge() time.Duration { return s.Age(s.OldestDue) }
 func (s *Stats) CutoffLag() time.Duration { return s.Age(s.Dispatch.Cutoff) }
 
 // ReadStats reads everything but the dead-letter depths (DLQDepths).
-func ReadStats(ctx context.Context, q Querier, now time.Time) (*Stats, error) {
+func ReadStats(ctx context.Context, q pg.Querier, now time.Time) (*Stats, error) {
 	s := &Stats{
 		Now: now, ByChannel: map[string]map[string]int64{}, ByTenant: map[string]map[string]int64{},
 		DeadlineMisses: map[string]Window{}, Quarantined: map[string]Window{},
@@ -261,7 +262,7 @@ type DispatchRun struct {
 // RecordDispatchRun writes the dispatcher's heartbeat: call it once at the
 // end of every run, failed ones included. Stats and the metrics collector
 // derive the cutoff lag from it.
-func RecordDispatchRun(ctx context.Context, q Querier, r DispatchRun) error {
+func RecordDispatchRun(ctx context.Context, q pg.Querier, r DispatchRun) error {
 	var msg string
 	if r.Err != nil {
 		msg = r.Err.Error()
@@ -286,7 +287,7 @@ type Publish struct {
 }
 
 // PublishOf reads the dispatch batch of reminder id and its confirmation.
-func PublishOf(ctx context.Context, q Querier, id int64) (Publish, error) {
+func PublishOf(ctx context.Context, q pg.Querier, id int64) (Publish, error) {
 	var p Publish
 	if err := q.QueryRow(ctx, query("PublishOf"), pgx.NamedArgs{"id": id}).Scan(&p.Batch, &p.ConfirmedAt, &p.Actor); err != nil {
 		return p, fmt.Errorf("reading the publish confirmation of reminder %d: %w", id, err)
