@@ -33,7 +33,7 @@ type brokerFlags struct {
 
 func (b *brokerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.amqpURL, "amqp-url", config.DefaultAMQPURL, "RabbitMQ connection URL")
-	fs.StringVar(&b.prefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
+	fs.StringVar(&b.prefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
 	fs.StringVar(&b.signingKeys, "signing-keys", "",
 		"optional: message signing keys (KID:SECRET,...), to verify the bodies of messages the broker dead-lettered itself")
 	fs.IntVar(&b.maxMessages, "max-messages", 50_000,

@@ -158,7 +158,10 @@ type Config struct {
 	Budget time.Duration
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with each zero (or negative) field set to its
+// default. It is the one place the defaults are written: the dispatcher's
+// flags (internal/fleet) take theirs from it.
+func (c Config) WithDefaults() Config {
 	if c.Batch <= 0 {
 		c.Batch = 500
 	}
@@ -201,7 +204,7 @@ type Summary struct {
 // and the previous record. At most one Enqueue runs at a time, so batches
 // are published in claim order.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	cfg := d.Config.withDefaults()
+	cfg := d.Config.WithDefaults()
 	start := d.Clock.Now()
 	sum := Summary{Cutoff: start}
 	var slowest time.Duration

@@ -61,7 +61,7 @@ type DBCollector struct {
 	// Timeout bounds a scrape's statement. Zero value: 5 seconds.
 	Timeout time.Duration
 	// DLQDepth, when set, reports each channel's dead-letter queue depth
-	// (ops.DLQDepths does, over a broker connection).
+	// (broker.DeadLetterDepths does, over a broker connection).
 	DLQDepth func(ctx context.Context) (map[string]int, error)
 
 	once  sync.Once

@@ -9,6 +9,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -36,7 +37,10 @@ type Config struct {
 	Lease time.Duration
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with each zero (or negative) field set to its
+// default. It is the one place the defaults are written: the reconciler's
+// flags (internal/fleet) take theirs from it.
+func (c Config) WithDefaults() Config {
 	if c.Batch <= 0 {
 		c.Batch = 500
 	}
@@ -49,6 +53,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Defaults of the loop's intervals (Loop's every, Reconciler.CleanEvery).
+const (
+	DefaultEvery      = 10 * time.Second
+	DefaultCleanEvery = 10 * time.Minute
+)
+
 // Cleaner is the retention pass the reconciler runs now and then
 // (*retention.Cleaner).
 type Cleaner interface {
@@ -60,8 +70,8 @@ type Reconciler struct {
 	dispatch.Enqueuer
 	Config Config
 	Log    zerolog.Logger
-	// Cleaner, when set, runs every CleanEvery (zero value: 10 minutes)
-	// between repair passes.
+	// Cleaner, when set, runs every CleanEvery (zero value:
+	// DefaultCleanEvery) between repair passes.
 	Cleaner    Cleaner
 	CleanEvery time.Duration
 
@@ -99,7 +109,7 @@ const maxRounds = 100
 
 // Pass runs one repair pass.
 func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
-	cfg := r.Config.withDefaults()
+	cfg := r.Config.WithDefaults()
 	start := r.Clock.Now()
 	var sum Summary
 	defer func() { sum.Elapsed = r.Clock.Now().Sub(start) }()
@@ -152,10 +162,7 @@ func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var lastClean time.Time
-	cleanEvery := r.CleanEvery
-	if cleanEvery <= 0 {
-		cleanEvery = 10 * time.Minute
-	}
+	cleanEvery := cmp.Or(r.CleanEvery, DefaultCleanEvery)
 	for {
 		sum, err := r.Pass(ctx)
 		if err == nil {
