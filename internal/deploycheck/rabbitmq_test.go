@@ -359,9 +359,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// unavailable fails under CI=true and skips loudly otherwise (as testenv does).
+// unavailable fails under CI=true and skips loudly otherwise, and skips
+// under -short whatever CI says (as testenv does).
 func unavailable(t *testing.T, what string, err error) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: needs " + what)
+	}
 	msg := fmt.Sprintf("INTEGRATION TEST NOT RUN: %s: %v", what, err)
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
