@@ -91,8 +91,9 @@ func (r *Reconciler) Ready(every time.Duration) func() bool {
 // Summary counts what one pass repaired.
 type Summary struct {
 	Expired int
-	// Released were enqueued (or leased) under a dispatch lease that ran out
-	// with no publish confirmation recorded: back to pending.
+	// Released were enqueued (or, left by a version before schema 7,
+	// leased) under a dispatch lease that ran out with no publish
+	// confirmation recorded: back to pending.
 	Released int
 	// InQueue were enqueued under a dispatch lease that ran out after their
 	// publish was confirmed: their lease was cleared, they wait in the queue.
