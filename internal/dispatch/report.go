@@ -43,6 +43,14 @@ func RecordRun(ctx context.Context, q pg.Querier, actor string, sum Summary, fin
 // reportIdleEvery is how often an idle run is recorded in an --every loop.
 const reportIdleEvery = time.Minute
 
+// worthRecording reports whether a run is recorded, sinceLast after the
+// previous recorded one: every run that claimed, failed or ran out of budget,
+// and an idle one at most every reportIdleEvery.
+func worthRecording(sum Summary, runErr error, sinceLast time.Duration) bool {
+	idle := sum.Claimed == 0 && runErr == nil && !sum.OutOfBudget
+	return !idle || sinceLast >= reportIdleEvery
+}
+
 // Report returns an AfterRun hook that records runs (RecordRun) and, with a
 // Pushgateway address, pushes each summary and its hop latencies there: a
 // CronJob's process is gone before any scrape could reach it. In an --every
@@ -54,8 +62,7 @@ func Report(db pg.Querier, actor string, clk clock.Clock, pushgateway string, re
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		finished := clk.Now()
-		idle := sum.Claimed == 0 && runErr == nil && !sum.OutOfBudget
-		if idle && finished.Sub(lastRecorded) < reportIdleEvery {
+		if !worthRecording(sum, runErr, finished.Sub(lastRecorded)) {
 			return
 		}
 		lastRecorded = finished

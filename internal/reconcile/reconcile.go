@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/retention"
@@ -84,7 +85,7 @@ type Reconciler struct {
 func (r *Reconciler) Ready(every time.Duration) func() bool {
 	return func() bool {
 		last := r.lastOK.Load()
-		return last != 0 && time.Since(time.Unix(0, last)) < 3*every+5*time.Second
+		return last != 0 && r.Clock.Now().Sub(time.Unix(0, last)) < 3*every+5*time.Second
 	}
 }
 
@@ -158,30 +159,34 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 	return sum, nil
 }
 
-// Loop runs a pass every interval until ctx is done.
+// Loop starts a pass every interval until ctx is done (a pass that took
+// longer is followed by the next at once), and a retention pass after the
+// first repair pass and then every CleanEvery. Its pauses and its notion of
+// "recently" (Ready) go through the Clock, so a test moves a fake clock
+// instead of sleeping.
 func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var lastClean time.Time
 	cleanEvery := cmp.Or(r.CleanEvery, DefaultCleanEvery)
 	for {
+		start := r.Clock.Now()
 		sum, err := r.Pass(ctx)
+		now := r.Clock.Now()
 		if err == nil {
-			r.lastOK.Store(time.Now().UnixNano())
+			r.lastOK.Store(now.UnixNano())
 		}
 		r.LogSummary(sum, err)
-		r.Metrics.ReconcilePass(sum.Elapsed, err, time.Now())
+		r.Metrics.ReconcilePass(sum.Elapsed, err, now)
 		r.Metrics.LeaseExpired(metrics.LeaseDispatch, sum.Released)
 		r.Metrics.Outcomes("", string(reminder.Expired), "deadline", sum.Expired)
-		if r.Cleaner != nil && time.Since(lastClean) >= cleanEvery && ctx.Err() == nil {
-			lastClean = time.Now()
+		if r.Cleaner != nil && (lastClean.IsZero() || now.Sub(lastClean) >= cleanEvery) && ctx.Err() == nil {
+			lastClean = now
 			cs, err := r.Cleaner.Pass(ctx)
 			r.logClean(cs, err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-clock.After(r.Clock, every-r.Clock.Now().Sub(start)):
 		}
 	}
 }
