@@ -54,7 +54,8 @@ chaos: services
 	NUDGE_CHAOS=full NUDGE_CHAOS_REPORT=$(CURDIR)/docs/chaos-latest.md \
 		go test -count=1 -timeout 20m -run TestChaos -v ./internal/chaos/ | grep -v '^\s*{'
 
-## test-short: unit tests only, no services needed
+## test-short: unit tests only, no services needed (internal/testenv skips every
+## test that needs one under -short, even with CI=true)
 test-short:
 	go test -short -count=1 ./...
 

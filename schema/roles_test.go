@@ -17,8 +17,8 @@ import (
 
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/ctl"
+	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
-	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -628,7 +628,7 @@ func TestDispatcherHeartbeatAndReconcilerGaugesUnderTheirRoles(t *testing.T) {
 	ctx := context.Background()
 	b.schedule(t, "acme", "k", b.now.Add(time.Hour))
 	disp, _ := b.login(t, "nudge_dispatcher")
-	require.NoError(t, ops.RecordDispatchRun(ctx, disp, ops.DispatchRun{Actor: "d", Cutoff: b.now, FinishedAt: b.now}))
+	require.NoError(t, dispatch.RecordRun(ctx, disp, "d", dispatch.Summary{Cutoff: b.now}, b.now, nil))
 
 	rec, _ := b.login(t, "nudge_reconciler")
 	reg := prometheus.NewRegistry()

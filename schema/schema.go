@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/nudgehq/nudge/internal/pg"
 )
 
 //go:embed migrations/*.sql
@@ -60,15 +60,10 @@ func Migrations() ([]Migration, error) {
 	return out, nil
 }
 
-// Beginner is what Migrate needs: a pool or a single connection.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Migrate applies every embedded migration not yet recorded in the
 // nudge_migrations table of the current search_path schema and returns the
 // versions it applied (empty when already up to date).
-func Migrate(ctx context.Context, db Beginner) ([]int, error) {
+func Migrate(ctx context.Context, db pg.Beginner) ([]int, error) {
 	migs, err := Migrations()
 	if err != nil {
 		return nil, err
@@ -86,7 +81,7 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 	return applied, nil
 }
 
-func apply(ctx context.Context, db Beginner, m Migration) (bool, error) {
+func apply(ctx context.Context, db pg.Beginner, m Migration) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("migration %04d: begin: %w", m.Version, err)

@@ -4,62 +4,40 @@
 package main
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
-	"github.com/nudgehq/nudge/internal/dispatch"
-	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/fleet"
 )
 
 func main() {
-	var (
-		common      config.Common
-		cfg         dispatch.Config
-		every       time.Duration
-		pushgateway string
-	)
+	var o fleet.Dispatcher
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
 		Short: "Claim due reminders in bounded batches and publish them with confirms",
-		Long: `dispatcher takes the current time as its cutoff, claims reminders due before it in
-batches under a lease and a new fencing token, publishes each reminder's ID to its
-channel's queue, and records enqueued only for what the broker confirmed. Reminders
-already past their deadline are expired, not published. It stops starting batches
-when --budget is near, prints a one-line summary and exits; with --every it repeats.`,
+		Long: `dispatcher takes the current time as its cutoff and claims reminders due before it
+in batches: a claim moves its rows straight to enqueued under a dispatch lease
+(--lease) and a new fencing token. It publishes each reminder's ID to its channel's
+queue with publisher confirms and records one publish confirmation per batch for
+what the broker confirmed; what was not confirmed goes back to pending at once, and
+the rows of a run killed before recording return to pending when their lease
+expires (the reconciler). Reminders already past their deadline are expired, not
+published. It stops starting batches when --budget is near, prints a one-line
+summary and exits; with --every it repeats.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			reg := prometheus.NewRegistry()
-			p, err := dispatch.Start(&common, "dispatcher", metrics.New(reg))
+		RunE: func(*cobra.Command, []string) error {
+			log, err := o.Common.Logger("dispatcher")
 			if err != nil {
 				return err
 			}
-			defer p.Close()
-			ctx := p.Ctx
-			d := &dispatch.Dispatcher{
-				Enqueuer: p.Enqueuer,
-				Config:   cfg,
-				Log:      p.Log,
-				AfterRun: dispatch.Report(p.Pool, p.Enqueuer.Actor, pushgateway, reg, p.Log),
-			}
-			if every > 0 {
-				return d.Loop(ctx, every)
-			}
-			sum, err := d.RunOnce(ctx)
-			d.LogSummary(sum, err)
-			d.AfterRun(ctx, sum, err)
-			return err
+			ctx, stop := config.SignalContext()
+			defer stop()
+			// A CronJob's process is gone before a scrape: its metrics are pushed, without Go's own.
+			return o.Run(ctx, fleet.Env{Log: log, Registry: prometheus.NewRegistry(), Clock: clock.Real{}})
 		},
 	}
-	f := cmd.Flags()
-	common.RegisterDB(f)
-	common.RegisterBroker(f)
-	f.IntVar(&cfg.Batch, "batch", 500, "reminders claimed per batch")
-	f.DurationVar(&cfg.Lease, "lease", 2*time.Minute, "how long a claim holds its rows before the reconciler may return them")
-	f.DurationVar(&cfg.Budget, "budget", 4*time.Minute, "time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
-	f.DurationVar(&every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
-	f.StringVar(&pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
+	o.RegisterFlags(cmd.Flags())
 	config.Execute(cmd)
 }

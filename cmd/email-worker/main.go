@@ -7,8 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/email"
+	"github.com/nudgehq/nudge/internal/fleet"
+	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/worker"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -16,7 +19,7 @@ import (
 
 func main() {
 	var (
-		p         = worker.Process{Config: worker.Config{Channel: reminder.Email}}
+		o         = fleet.Worker{Name: "email-worker", Config: worker.Config{Channel: reminder.Email}}
 		smtpURL   string
 		from      string
 		templates string
@@ -25,8 +28,15 @@ func main() {
 		Use:   "email-worker",
 		Short: "Send email reminders from the email queue over SMTP",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return p.Run("email-worker", func() (provider.Sender, func(), error) {
+		RunE: func(*cobra.Command, []string) error {
+			log, err := o.Common.Logger(o.Name)
+			if err != nil {
+				return err
+			}
+			ctx, stop := config.SignalContext()
+			defer stop()
+			env := fleet.Env{Log: log, Registry: probe.NewRegistry(), Clock: clock.Real{}}
+			return o.Run(ctx, env, func() (provider.Sender, func(), error) {
 				smtpCfg, err := email.ParseSMTPURL(smtpURL)
 				if err != nil {
 					return nil, nil, fmt.Errorf("--smtp-url: %w", err)
@@ -47,7 +57,7 @@ func main() {
 		},
 	}
 	f := cmd.Flags()
-	p.RegisterFlags(f)
+	o.RegisterFlags(f)
 	f.StringVar(&smtpURL, "smtp-url", "smtp://127.0.0.1:1025?tls=none",
 		"SMTP relay, smtp[s]://[user:pass@]host:port[?tls=none|starttls|tls&from=...&auth=plain|login|cram-md5]")
 	f.StringVar(&from, "smtp-from", "Nudge <reminders@nudge.local>", "From address (overrides from= in --smtp-url)")

@@ -7,7 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/fleet"
+	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/worker"
@@ -16,7 +19,7 @@ import (
 
 func main() {
 	var (
-		p         = worker.Process{Config: worker.Config{Channel: reminder.SMS}}
+		o         = fleet.Worker{Name: "sms-worker", Config: worker.Config{Channel: reminder.SMS}}
 		smsCfg    sms.Config
 		templates string
 	)
@@ -24,14 +27,21 @@ func main() {
 		Use:   "sms-worker",
 		Short: "Send SMS reminders from the SMS queue through the provider's HTTP API",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return p.Run("sms-worker", func() (provider.Sender, func(), error) {
+		RunE: func(*cobra.Command, []string) error {
+			log, err := o.Common.Logger(o.Name)
+			if err != nil {
+				return err
+			}
+			ctx, stop := config.SignalContext()
+			defer stop()
+			env := fleet.Env{Log: log, Registry: probe.NewRegistry(), Clock: clock.Real{}}
+			return o.Run(ctx, env, func() (provider.Sender, func(), error) {
 				tmpl, err := sms.LoadTemplates(templates)
 				if err != nil {
 					return nil, nil, fmt.Errorf("--templates: %w", err)
 				}
 				smsCfg.Templates = tmpl
-				smsCfg.Timeout = p.Config.SendTimeout
+				smsCfg.Timeout = o.Config.SendTimeout
 				sender, err := sms.New(smsCfg)
 				if err != nil {
 					return nil, nil, err
@@ -41,7 +51,7 @@ func main() {
 		},
 	}
 	f := cmd.Flags()
-	p.RegisterFlags(f)
+	o.RegisterFlags(f)
 	f.StringVar(&smsCfg.URL, "sms-url", "http://127.0.0.1:9025", "SMS provider base URL; messages are POSTed to URL/v1/messages")
 	f.StringVar(&smsCfg.Token, "sms-token", "", "bearer token for the SMS provider")
 	f.StringVar(&smsCfg.Sender, "sms-sender", "", "sender id or number (empty: the provider's default)")

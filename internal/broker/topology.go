@@ -49,10 +49,13 @@ var DefaultRetryTiers = []time.Duration{
 	250 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour,
 }
 
+// DefaultPrefix is the Prefix of a Topology that names none.
+const DefaultPrefix = "nudge"
+
 // WithDefaults returns t with zero fields filled.
 func (t Topology) WithDefaults() Topology {
 	if t.Prefix == "" {
-		t.Prefix = "nudge"
+		t.Prefix = DefaultPrefix
 	}
 	if len(t.Channels) == 0 {
 		t.Channels = []string{"email", "sms"}

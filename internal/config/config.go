@@ -129,7 +129,7 @@ func (c *Common) RegisterBroker(fs *pflag.FlagSet) {
 	fs.StringVar(&c.AMQPURL, "amqp-url", DefaultAMQPURL, "RabbitMQ connection URL")
 	fs.StringVar(&c.SigningKeys, "signing-keys", "",
 		"message signing keys, KID:SECRET[,KID:SECRET...]; the first signs, all verify (required)")
-	fs.StringVar(&c.QueuePrefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
+	fs.StringVar(&c.QueuePrefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
 	fs.BoolVar(&c.DeclareTopology, "declare-topology", false,
 		"declare the whole broker topology at start (needs configure permission on it; development only: "+
 			"in production the migration step, nudgectl migrate --declare-topology, declares it and this process only checks it exists)")

@@ -19,7 +19,7 @@ type topologyFlags struct {
 
 func (tf *topologyFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&tf.amqpURL, "amqp-url", config.DefaultAMQPURL, "RabbitMQ connection URL")
-	fs.StringVar(&tf.prefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
+	fs.StringVar(&tf.prefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
 }
 
 func (tf *topologyFlags) topology() broker.Topology {

@@ -456,7 +456,7 @@ in the last hour and day, the dead-letter queue depths (with --amqp-url), and th
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&amqpURL, "amqp-url", "", "RabbitMQ URL, to report the dead-letter queue depths (empty: not asked)")
-	f.StringVar(&prefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
+	f.StringVar(&prefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
 	return cmd
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -32,7 +33,7 @@ type brokerFlags struct {
 
 func (b *brokerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.amqpURL, "amqp-url", config.DefaultAMQPURL, "RabbitMQ connection URL")
-	fs.StringVar(&b.prefix, "queue-prefix", "nudge", "prefix of every exchange and queue name")
+	fs.StringVar(&b.prefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
 	fs.StringVar(&b.signingKeys, "signing-keys", "",
 		"message signing keys (KID:SECRET,...): only a message whose signed body verifies names a reminder that "+
 			"replay or expire act on; without them every message is shown unverified and can only be dropped")
@@ -152,7 +153,7 @@ record commit first, then the message is acknowledged; every other message goes 
 
 type dlqSession struct {
 	ctx   context.Context
-	pool  ops.Beginner
+	pool  pg.Beginner
 	read  *ops.DLQRead
 	close func()
 }

@@ -158,7 +158,10 @@ type Config struct {
 	Budget time.Duration
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with each zero (or negative) field set to its
+// default. It is the one place the defaults are written: the dispatcher's
+// flags (internal/fleet) take theirs from it.
+func (c Config) WithDefaults() Config {
 	if c.Batch <= 0 {
 		c.Batch = 500
 	}
@@ -201,7 +204,7 @@ type Summary struct {
 // and the previous record. At most one Enqueue runs at a time, so batches
 // are published in claim order.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	cfg := d.Config.withDefaults()
+	cfg := d.Config.WithDefaults()
 	start := d.Clock.Now()
 	sum := Summary{Cutoff: start}
 	var slowest time.Duration
@@ -220,8 +223,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		spent := d.Clock.Now().Sub(start)
-		if spent+slowest >= cfg.Budget {
+		if !budgetAllows(d.Clock.Now().Sub(start), slowest, cfg.Budget) {
 			sum.OutOfBudget = true
 			break
 		}
@@ -271,17 +273,25 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	return sum, err
 }
 
+// budgetAllows reports whether a run that has spent spent may start another
+// batch: only if that batch, were it as slow as the slowest so far, would
+// end within budget.
+func budgetAllows(spent, slowest, budget time.Duration) bool {
+	return spent+slowest < budget
+}
+
 type enqueued struct {
 	res EnqueueResult
 	err error
 }
 
-// Loop runs a pass every interval until ctx is done, logging each summary.
-// A failed pass is logged and retried at the next tick.
+// Loop starts a pass every interval until ctx is done, logging each
+// summary; a pass that took longer is followed by the next at once. A failed
+// pass is logged and retried at the next start. The pauses go through the
+// Clock, so a test moves a fake clock instead of sleeping.
 func (d *Dispatcher) Loop(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	for {
+		start := d.Clock.Now()
 		sum, err := d.RunOnce(ctx)
 		d.LogSummary(sum, err)
 		if d.AfterRun != nil {
@@ -290,7 +300,7 @@ func (d *Dispatcher) Loop(ctx context.Context, every time.Duration) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-clock.After(d.Clock, every-d.Clock.Now().Sub(start)):
 		}
 	}
 }

@@ -2,35 +2,71 @@ package dispatch
 
 import (
 	"context"
+	_ "embed"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/metrics"
-	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/pg"
+	"github.com/nudgehq/nudge/internal/sqlfile"
 )
 
-// Report returns an AfterRun hook that records runs in dispatch_runs (the
-// heartbeat behind "is the dispatcher advancing its cutoff") and, with a
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = sqlfile.Parse("queries.sql", queriesSQL)
+
+// RecordRun writes the dispatcher's heartbeat, one row in dispatch_runs for
+// a run that finished at finished with runErr (nil: it succeeded): call it
+// once at the end of every run, failed ones included. nudgectl stats and the
+// metrics collector derive the cutoff lag from it.
+func RecordRun(ctx context.Context, q pg.Querier, actor string, sum Summary, finished time.Time, runErr error) error {
+	var msg string
+	if runErr != nil {
+		msg = runErr.Error()
+	}
+	if _, err := q.Exec(ctx, queries.Get("RecordRun"), pgx.NamedArgs{
+		"actor": actor, "cutoff": sum.Cutoff, "finished_at": finished, "claimed": sum.Claimed,
+		"enqueued": sum.Enqueued, "expired": sum.Expired, "released": sum.Released,
+		"out_of_budget": sum.OutOfBudget, "error": msg,
+	}); err != nil {
+		return fmt.Errorf("recording the dispatch run: %w", err)
+	}
+	return nil
+}
+
+// reportIdleEvery is how often an idle run is recorded in an --every loop.
+const reportIdleEvery = time.Minute
+
+// worthRecording reports whether a run is recorded, sinceLast after the
+// previous recorded one: every run that claimed, failed or ran out of budget,
+// and an idle one at most every reportIdleEvery.
+func worthRecording(sum Summary, runErr error, sinceLast time.Duration) bool {
+	idle := sum.Claimed == 0 && runErr == nil && !sum.OutOfBudget
+	return !idle || sinceLast >= reportIdleEvery
+}
+
+// Report returns an AfterRun hook that records runs (RecordRun) and, with a
 // Pushgateway address, pushes each summary and its hop latencies there: a
 // CronJob's process is gone before any scrape could reach it. In an --every
 // loop, idle runs are recorded at most once a minute (a CronJob's cadence),
 // so a one-second loop does not write 86,400 heartbeat rows a day.
-func Report(db ops.Querier, actor, pushgateway string, reg prometheus.Gatherer, log zerolog.Logger) func(context.Context, Summary, error) {
+func Report(db pg.Querier, actor string, clk clock.Clock, pushgateway string, reg prometheus.Gatherer, log zerolog.Logger) func(context.Context, Summary, error) {
 	var lastRecorded time.Time
 	return func(ctx context.Context, sum Summary, runErr error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		finished := time.Now()
-		idle := sum.Claimed == 0 && runErr == nil && !sum.OutOfBudget
-		if idle && finished.Sub(lastRecorded) < time.Minute {
+		finished := clk.Now()
+		if !worthRecording(sum, runErr, finished.Sub(lastRecorded)) {
 			return
 		}
 		lastRecorded = finished
-		if err := ops.RecordDispatchRun(ctx, db, ops.DispatchRun{Actor: actor, Cutoff: sum.Cutoff, FinishedAt: finished,
-			Claimed: sum.Claimed, Enqueued: sum.Enqueued, Expired: sum.Expired, Released: sum.Released,
-			OutOfBudget: sum.OutOfBudget, Err: runErr}); err != nil {
+		if err := RecordRun(ctx, db, actor, sum, finished, runErr); err != nil {
 			log.Warn().Err(err).Msg("recording the dispatch run")
 		}
 		if err := metrics.PushDispatchRun(ctx, pushgateway, metrics.DispatchRun{Cutoff: sum.Cutoff, Finished: finished,

@@ -8,7 +8,10 @@ package faults
 
 // The points, each between two writes that cannot be made atomic.
 const (
-	// DispatcherAfterPublish: the broker confirmed the messages; enqueued is not recorded.
+	// DispatcherAfterPublish: the broker confirmed the messages; their batch's
+	// publish confirmation is not recorded. The claim already moved the rows
+	// to enqueued under a dispatch lease (schema 7), so when the lease runs
+	// out the reconciler, finding no confirmation, returns them to pending.
 	DispatcherAfterPublish = "dispatcher-after-publish"
 	// WorkerAfterClaim: attempts are claimed (sending); nothing was sent.
 	WorkerAfterClaim = "worker-after-claim"

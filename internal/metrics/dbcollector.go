@@ -10,13 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
-
-// Querier is satisfied by *pgxpool.Pool and *pgx.Conn.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // OpenStates are the states nudge_open_reminders reports (every one, with
 // zeros, so an alert never depends on a series appearing).
@@ -60,12 +56,12 @@ SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= 
 //	nudge_dead_letter_messages{channel}    dead-letter queue depth (when DLQDepth is set)
 //	nudge_db_scrape_success, nudge_db_scrape_duration_seconds
 type DBCollector struct {
-	DB    Querier
+	DB    pg.Querier
 	Clock clock.Clock
 	// Timeout bounds a scrape's statement. Zero value: 5 seconds.
 	Timeout time.Duration
 	// DLQDepth, when set, reports each channel's dead-letter queue depth
-	// (ops.DLQDepths does, over a broker connection).
+	// (broker.DeadLetterDepths does, over a broker connection).
 	DLQDepth func(ctx context.Context) (map[string]int, error)
 
 	once  sync.Once
@@ -77,7 +73,7 @@ type collectorDescs struct {
 }
 
 // NewDBCollector returns a collector reading db.
-func NewDBCollector(db Querier, clk clock.Clock) *DBCollector {
+func NewDBCollector(db pg.Querier, clk clock.Clock) *DBCollector {
 	return &DBCollector{DB: db, Clock: clk}
 }
 

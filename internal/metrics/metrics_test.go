@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
-	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/internal/ops/opstest"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -184,10 +184,10 @@ func TestDBCollectorAgreesWithTheDatabase(t *testing.T) {
 	ins(opstest.Row{Key: "missed-old", State: reminder.Expired, Since: now.Add(-2 * time.Hour)})
 	ins(opstest.Row{Key: "operator", State: reminder.Expired, Since: now.Add(-time.Minute), Reason: "dlq expire: poison"})
 	ins(opstest.Row{Key: "done", State: reminder.Delivered, Since: now.Add(-time.Minute)})
-	require.NoError(t, ops.RecordDispatchRun(ctx, db.Pool, ops.DispatchRun{Actor: "d", Cutoff: now.Add(-30 * time.Second),
-		FinishedAt: now.Add(-29 * time.Second)}))
-	require.NoError(t, ops.RecordDispatchRun(ctx, db.Pool, ops.DispatchRun{Actor: "d", Cutoff: now.Add(-5 * time.Second),
-		FinishedAt: now.Add(-4 * time.Second), OutOfBudget: true})) // did not finish its cutoff: not counted
+	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now.Add(-30 * time.Second)},
+		now.Add(-29*time.Second), nil))
+	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now.Add(-5 * time.Second), OutOfBudget: true},
+		now.Add(-4*time.Second), nil)) // did not finish its cutoff: not counted
 
 	vs = values(t, reg)
 	for k, want := range map[string]float64{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -366,7 +367,7 @@ func headerTime(h amqp.Table, k string) *time.Time {
 }
 
 // LoadRows reads the rows of the reminders the messages name, in one query.
-func (r *DLQRead) LoadRows(ctx context.Context, q Querier) error {
+func (r *DLQRead) LoadRows(ctx context.Context, q pg.Querier) error {
 	var ids []int64
 	for _, m := range r.Messages {
 		if m.ReminderID > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -113,7 +114,7 @@ func (r DLQResult) Acked() int {
 // be loaded): the reminder transitions and the audit rows commit in one
 // transaction, and only then are the messages acknowledged. Messages not
 // acknowledged return to the queue, in order, when the read is closed.
-func DecideDLQ(ctx context.Context, db Beginner, read *DLQRead, now time.Time, action DLQAction, sel DLQSelector, d Decision) (DLQResult, error) {
+func DecideDLQ(ctx context.Context, db pg.Beginner, read *DLQRead, now time.Time, action DLQAction, sel DLQSelector, d Decision) (DLQResult, error) {
 	res := DLQResult{Action: action, DryRun: d.DryRun, Counts: map[Verdict]int{}, Queue: read.Queue, Chan: read.Channel}
 	if action != DLQReplay && action != DLQExpire {
 		return res, fmt.Errorf("unknown dead-letter action %q", action)

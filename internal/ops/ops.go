@@ -14,12 +14,8 @@
 package ops
 
 import (
-	"context"
 	_ "embed"
 	"errors"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nudgehq/nudge/internal/sqlfile"
 )
@@ -30,19 +26,6 @@ var queriesSQL string
 var queries = sqlfile.Parse("queries.sql", queriesSQL)
 
 func query(name string) string { return queries.Get(name) }
-
-// Querier is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Beginner is a Querier that can start a transaction (*pgxpool.Pool, *pgx.Conn).
-type Beginner interface {
-	Querier
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // Errors for operator input, so the CLI can say what to fix.
 var (

@@ -163,11 +163,6 @@ SELECT at FROM reminder_events
  ORDER BY id DESC
  LIMIT 1;
 
--- name: RecordDispatchRun
-INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error)
-VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released, @out_of_budget,
-        nullif(@error::text, ''));
-
 -- name: PublishOf
 -- A reminder's current dispatch batch and, when the dispatcher recorded it,
 -- that batch's publish confirmation (recorded per batch since schema

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -190,7 +191,7 @@ func joinStates(ss []reminder.State) string {
 // (untouched by a second run) until the dispatcher takes it, and is then
 // leased or enqueued under a fresh lease, not stuck; a delivered one is never
 // selected. With d.DryRun it writes nothing and reports what it would do.
-func Replay(ctx context.Context, q Querier, now time.Time, sel ReplaySelection, d Decision) (ReplayResult, error) {
+func Replay(ctx context.Context, q pg.Querier, now time.Time, sel ReplaySelection, d Decision) (ReplayResult, error) {
 	res := ReplayResult{DryRun: d.DryRun, ByState: map[reminder.State]int{}}
 	if err := sel.validate(); err != nil {
 		return res, err
@@ -241,7 +242,7 @@ func Replay(ctx context.Context, q Querier, now time.Time, sel ReplaySelection, 
 
 // replayBatch runs one Replay statement and tallies its verdicts. It returns
 // how many reminders the batch held and the last id, the next cursor.
-func replayBatch(ctx context.Context, q Querier, args pgx.NamedArgs, res *ReplayResult, seen map[int64]bool) (int, int64, error) {
+func replayBatch(ctx context.Context, q pg.Querier, args pgx.NamedArgs, res *ReplayResult, seen map[int64]bool) (int, int64, error) {
 	rows, err := q.Query(ctx, query("Replay"), args)
 	if err != nil {
 		return 0, 0, fmt.Errorf("replaying reminders: %w", err)
@@ -286,7 +287,7 @@ func replayBatch(ctx context.Context, q Querier, args pgx.NamedArgs, res *Replay
 
 // explainNotSelected records the state of each named ID the replay did not
 // select ("" for an ID with no reminder).
-func explainNotSelected(ctx context.Context, q Querier, ids []int64, seen map[int64]bool, res *ReplayResult) error {
+func explainNotSelected(ctx context.Context, q pg.Querier, ids []int64, seen map[int64]bool, res *ReplayResult) error {
 	var missing []int64
 	for _, id := range ids {
 		if !seen[id] {

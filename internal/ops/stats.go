@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/nudgehq/nudge/internal/broker"
-	"github.com/nudgehq/nudge/pkg/reminder"
+	"github.com/nudgehq/nudge/internal/pg"
 )
 
 // Stats answers the runbook's questions with numbers. Every age is measured
@@ -96,7 +94,7 @@ func (s *Stats) OldestDueAge() time.Duration { return s.Age(s.OldestDue) }
 func (s *Stats) CutoffLag() time.Duration { return s.Age(s.Dispatch.Cutoff) }
 
 // ReadStats reads everything but the dead-letter depths (DLQDepths).
-func ReadStats(ctx context.Context, q Querier, now time.Time) (*Stats, error) {
+func ReadStats(ctx context.Context, q pg.Querier, now time.Time) (*Stats, error) {
 	s := &Stats{
 		Now: now, ByChannel: map[string]map[string]int64{}, ByTenant: map[string]map[string]int64{},
 		DeadlineMisses: map[string]Window{}, Quarantined: map[string]Window{},
@@ -180,100 +178,9 @@ func ReadStats(ctx context.Context, q Querier, now time.Time) (*Stats, error) {
 // DLQDepths asks the broker how many messages each channel's dead-letter
 // queue holds (ready ones: messages an operator's read holds are not counted).
 func DLQDepths(url string, topo broker.Topology) (map[string]int, error) {
-	r := &DLQDepthReader{URL: url, Topology: topo}
+	r := &broker.DeadLetterDepths{URL: url, Topology: topo}
 	defer r.Close()
 	return r.Depths(context.Background())
-}
-
-// DLQDepthReader reads dead-letter queue depths over one connection it keeps
-// and redials after a failure: the metrics collector asks at every scrape.
-type DLQDepthReader struct {
-	URL      string
-	Topology broker.Topology
-
-	mu   sync.Mutex
-	conn *amqp.Connection
-}
-
-// Depths returns each channel's dead-letter queue depth.
-func (r *DLQDepthReader) Depths(ctx context.Context) (map[string]int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if r.conn == nil || r.conn.IsClosed() {
-		conn, err := broker.Dial(r.URL, "nudge-dlq-depth")
-		if err != nil {
-			return nil, err
-		}
-		r.conn = conn
-	}
-	topo := r.Topology.WithDefaults()
-	out := map[string]int{}
-	for _, c := range reminder.Channels {
-		name := topo.DeadQueue(string(c))
-		ch, err := r.conn.Channel()
-		if err != nil {
-			_ = r.conn.Close()
-			r.conn = nil
-			return nil, fmt.Errorf("opening a channel: %w", err)
-		}
-		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		switch {
-		case err == nil:
-			out[string(c)] = q.Messages
-			_ = ch.Close()
-		case isAMQPCode(err, amqp.NotFound):
-			out[string(c)] = 0 // never declared: nothing was ever dead-lettered
-		default:
-			return nil, fmt.Errorf("inspecting %s: %w", name, err)
-		}
-	}
-	return out, nil
-}
-
-// Close closes the connection.
-func (r *DLQDepthReader) Close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.conn != nil {
-		_ = r.conn.Close()
-		r.conn = nil
-	}
-}
-
-// DispatchRun is one finished dispatcher run, for RecordDispatchRun.
-type DispatchRun struct {
-	Actor      string
-	Cutoff     time.Time
-	FinishedAt time.Time
-	Claimed    int
-	Enqueued   int
-	Expired    int
-	Released   int
-	// OutOfBudget: the run stopped at its budget with due work possibly left.
-	OutOfBudget bool
-	// Err is the run's error, if it failed.
-	Err error
-}
-
-// RecordDispatchRun writes the dispatcher's heartbeat: call it once at the
-// end of every run, failed ones included. Stats and the metrics collector
-// derive the cutoff lag from it.
-func RecordDispatchRun(ctx context.Context, q Querier, r DispatchRun) error {
-	var msg string
-	if r.Err != nil {
-		msg = r.Err.Error()
-	}
-	if _, err := q.Exec(ctx, query("RecordDispatchRun"), pgx.NamedArgs{
-		"actor": r.Actor, "cutoff": r.Cutoff, "finished_at": r.FinishedAt, "claimed": r.Claimed,
-		"enqueued": r.Enqueued, "expired": r.Expired, "released": r.Released,
-		"out_of_budget": r.OutOfBudget, "error": msg,
-	}); err != nil {
-		return fmt.Errorf("recording the dispatch run: %w", err)
-	}
-	return nil
 }
 
 // Publish is a reminder's current dispatch batch and that batch's publish
@@ -286,7 +193,7 @@ type Publish struct {
 }
 
 // PublishOf reads the dispatch batch of reminder id and its confirmation.
-func PublishOf(ctx context.Context, q Querier, id int64) (Publish, error) {
+func PublishOf(ctx context.Context, q pg.Querier, id int64) (Publish, error) {
 	var p Publish
 	if err := q.QueryRow(ctx, query("PublishOf"), pgx.NamedArgs{"id": id}).Scan(&p.Batch, &p.ConfirmedAt, &p.Actor); err != nil {
 		return p, fmt.Errorf("reading the publish confirmation of reminder %d: %w", id, err)

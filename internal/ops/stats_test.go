@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/internal/ops/opstest"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -58,8 +59,8 @@ func TestReadStats(t *testing.T) {
 	require.Equal(t, "events", st.Dispatch.Source, "no run recorded: the newest claim")
 	require.Equal(t, 40*time.Second, st.CutoffLag())
 
-	require.NoError(t, ops.RecordDispatchRun(ctx, db.Pool, ops.DispatchRun{Actor: "d", Cutoff: now.Add(-70 * time.Second),
-		FinishedAt: now.Add(-69 * time.Second)}))
+	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now.Add(-70 * time.Second)},
+		now.Add(-69*time.Second), nil))
 	st, err = ops.ReadStats(ctx, db.Pool, now)
 	require.NoError(t, err)
 	require.Equal(t, "dispatch_runs", st.Dispatch.Source)

@@ -34,9 +34,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/nudgehq/nudge/internal/pg"
 )
 
 // Limit is a rate (tokens per second) and a burst (tokens available at once).
@@ -159,19 +160,14 @@ func (l Limit) effectiveBurst() int {
 	return max(1, l.Burst-int(math.Ceil(l.Rate*Headroom.Seconds())))
 }
 
-// Querier runs the reserve statement (a pool).
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Limiter grants send slots from the shared state.
 type Limiter struct {
-	db  Querier
+	db  pg.Querier
 	cfg atomic.Pointer[Config]
 }
 
 // New returns a limiter for cfg.
-func New(db Querier, cfg Config) *Limiter {
+func New(db pg.Querier, cfg Config) *Limiter {
 	l := &Limiter{db: db}
 	l.cfg.Store(&cfg)
 	return l

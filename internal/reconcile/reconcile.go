@@ -9,6 +9,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/retention"
@@ -36,7 +38,10 @@ type Config struct {
 	Lease time.Duration
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with each zero (or negative) field set to its
+// default. It is the one place the defaults are written: the reconciler's
+// flags (internal/fleet) take theirs from it.
+func (c Config) WithDefaults() Config {
 	if c.Batch <= 0 {
 		c.Batch = 500
 	}
@@ -49,6 +54,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Defaults of the loop's intervals (Loop's every, Reconciler.CleanEvery).
+const (
+	DefaultEvery      = 10 * time.Second
+	DefaultCleanEvery = 10 * time.Minute
+)
+
 // Cleaner is the retention pass the reconciler runs now and then
 // (*retention.Cleaner).
 type Cleaner interface {
@@ -60,8 +71,8 @@ type Reconciler struct {
 	dispatch.Enqueuer
 	Config Config
 	Log    zerolog.Logger
-	// Cleaner, when set, runs every CleanEvery (zero value: 10 minutes)
-	// between repair passes.
+	// Cleaner, when set, runs every CleanEvery (zero value:
+	// DefaultCleanEvery) between repair passes.
 	Cleaner    Cleaner
 	CleanEvery time.Duration
 
@@ -74,15 +85,16 @@ type Reconciler struct {
 func (r *Reconciler) Ready(every time.Duration) func() bool {
 	return func() bool {
 		last := r.lastOK.Load()
-		return last != 0 && time.Since(time.Unix(0, last)) < 3*every+5*time.Second
+		return last != 0 && r.Clock.Now().Sub(time.Unix(0, last)) < 3*every+5*time.Second
 	}
 }
 
 // Summary counts what one pass repaired.
 type Summary struct {
 	Expired int
-	// Released were enqueued (or leased) under a dispatch lease that ran out
-	// with no publish confirmation recorded: back to pending.
+	// Released were enqueued (or, left by a version before schema 7,
+	// leased) under a dispatch lease that ran out with no publish
+	// confirmation recorded: back to pending.
 	Released int
 	// InQueue were enqueued under a dispatch lease that ran out after their
 	// publish was confirmed: their lease was cleared, they wait in the queue.
@@ -99,7 +111,7 @@ const maxRounds = 100
 
 // Pass runs one repair pass.
 func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
-	cfg := r.Config.withDefaults()
+	cfg := r.Config.WithDefaults()
 	start := r.Clock.Now()
 	var sum Summary
 	defer func() { sum.Elapsed = r.Clock.Now().Sub(start) }()
@@ -147,33 +159,34 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 	return sum, nil
 }
 
-// Loop runs a pass every interval until ctx is done.
+// Loop starts a pass every interval until ctx is done (a pass that took
+// longer is followed by the next at once), and a retention pass after the
+// first repair pass and then every CleanEvery. Its pauses and its notion of
+// "recently" (Ready) go through the Clock, so a test moves a fake clock
+// instead of sleeping.
 func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var lastClean time.Time
-	cleanEvery := r.CleanEvery
-	if cleanEvery <= 0 {
-		cleanEvery = 10 * time.Minute
-	}
+	cleanEvery := cmp.Or(r.CleanEvery, DefaultCleanEvery)
 	for {
+		start := r.Clock.Now()
 		sum, err := r.Pass(ctx)
+		now := r.Clock.Now()
 		if err == nil {
-			r.lastOK.Store(time.Now().UnixNano())
+			r.lastOK.Store(now.UnixNano())
 		}
 		r.LogSummary(sum, err)
-		r.Metrics.ReconcilePass(sum.Elapsed, err, time.Now())
+		r.Metrics.ReconcilePass(sum.Elapsed, err, now)
 		r.Metrics.LeaseExpired(metrics.LeaseDispatch, sum.Released)
 		r.Metrics.Outcomes("", string(reminder.Expired), "deadline", sum.Expired)
-		if r.Cleaner != nil && time.Since(lastClean) >= cleanEvery && ctx.Err() == nil {
-			lastClean = time.Now()
+		if r.Cleaner != nil && (lastClean.IsZero() || now.Sub(lastClean) >= cleanEvery) && ctx.Err() == nil {
+			lastClean = now
 			cs, err := r.Cleaner.Pass(ctx)
 			r.logClean(cs, err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-clock.After(r.Clock, every-r.Clock.Now().Sub(start)):
 		}
 	}
 }

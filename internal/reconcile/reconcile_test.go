@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/reconcile"
+	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
@@ -185,4 +187,54 @@ func TestReleasesDeadLeasesAndExpiresLateWork(t *testing.T) {
 	sum, err = b.rec.Pass(ctx)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.Summary{Elapsed: sum.Elapsed}, sum)
+}
+
+type countingCleaner struct{ passes atomic.Int32 }
+
+func (c *countingCleaner) Pass(context.Context) (retention.Summary, error) {
+	c.passes.Add(1)
+	return retention.Summary{}, nil
+}
+
+// The loop's pauses, its retention cadence and its readiness all follow the
+// injected clock: the test moves a fake clock and never sleeps.
+func TestLoopWaitsOnTheClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	require.Len(t, b.queued(t), 1, "the message is lost")
+	cleaner := &countingCleaner{}
+	b.rec.Cleaner, b.rec.CleanEvery = cleaner, time.Minute
+	const every = 10 * time.Second
+	ready := b.rec.Ready(every)
+	require.False(t, ready(), "no pass yet")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.rec.Loop(ctx, every) }()
+	waiting := func() {
+		t.Helper()
+		require.Eventually(t, func() bool { return b.clock.Waiters() == 1 }, 10*time.Second, time.Millisecond,
+			"the loop pauses on the clock after each pass")
+	}
+
+	waiting()
+	require.True(t, ready())
+	require.EqualValues(t, 1, cleaner.passes.Load(), "retention runs after the first pass")
+	require.Empty(t, b.queued(t), "not overdue yet")
+
+	b.clock.Advance(2 * time.Minute) // past Overdue (1 minute) and CleanEvery
+	waiting()
+	require.Len(t, b.queued(t), 1, "the next pass republished the lost message")
+	require.EqualValues(t, 2, cleaner.passes.Load())
+
+	b.clock.Advance(every)
+	waiting()
+	require.EqualValues(t, 2, cleaner.passes.Load(), "retention waits for CleanEvery, not every pass")
+
+	cancel()
+	require.NoError(t, <-done)
+	b.clock.Advance(3*every + 5*time.Second)
+	require.False(t, ready(), "no pass for over three intervals: not ready")
 }

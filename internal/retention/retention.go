@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/pflag"
 
 	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/pg"
 )
 
 // Default windows.
@@ -104,16 +104,10 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.MaxBatches, "retention-max-batches", DefaultMaxBatches, "retention statements of each kind per pass")
 }
 
-// Querier is satisfied by *pgxpool.Pool and *pgx.Conn.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Cleaner runs retention passes. Safe for one pass at a time per Cleaner;
 // passes of several Cleaners (two reconcilers) may overlap safely.
 type Cleaner struct {
-	DB     Querier
+	DB     pg.Querier
 	Clock  clock.Clock
 	Config Config
 
@@ -126,7 +120,7 @@ type Cleaner struct {
 }
 
 // New returns a Cleaner on db.
-func New(db Querier, cfg Config, clk clock.Clock) *Cleaner {
+func New(db pg.Querier, cfg Config, clk clock.Clock) *Cleaner {
 	return &Cleaner{DB: db, Config: cfg, Clock: clk}
 }
 

@@ -5,6 +5,11 @@
 // A statement starts at a line "-- name: Name" and runs to the next such
 // line; other comment lines are dropped (pgx's named-argument rewriting is
 // kept away from them).
+//
+// A package keeps one .sql file and names its statements with string
+// literals (directly, or through a helper that passes its parameter on); a
+// test here reads every such package and fails on a name the file does not
+// have and on a statement nothing names, so a typo never reaches Get's panic.
 package sqlfile
 
 import (
@@ -50,7 +55,8 @@ func Parse(file, src string) Queries {
 }
 
 // Get returns the statement called name. A missing name is a programming
-// error (the file and the code disagree) and panics.
+// error (the file and the code disagree; TestEveryQueryNameExistsAndIsUsed
+// catches it) and panics.
 func (q Queries) Get(name string) string {
 	s, ok := q.byName[name]
 	if !ok {
@@ -59,7 +65,7 @@ func (q Queries) Get(name string) string {
 	return s
 }
 
-// Names lists the statements, for tests that check every one is used.
+// Names lists the statements, for the test that checks every one is used.
 func (q Queries) Names() []string {
 	out := make([]string, 0, len(q.byName))
 	for n := range q.byName {

@@ -104,6 +104,7 @@ type MailpitChaosTrigger struct {
 // mailpit in $(go env GOBIN) or $(go env GOPATH)/bin.
 func Mailpit(tb testing.TB, extraArgs ...string) *MailpitServer {
 	tb.Helper()
+	needs(tb, "Mailpit")
 	bin, err := mailpitBinary()
 	if err != nil {
 		Unavailable(tb, "Mailpit", MailpitInstall, err)

@@ -29,6 +29,7 @@ type DB struct {
 // connections use it. The schema is dropped when the test ends.
 func Postgres(tb testing.TB) *DB {
 	tb.Helper()
+	needs(tb, "PostgreSQL")
 	base := os.Getenv("NUDGE_TEST_DATABASE_URL")
 	if base == "" {
 		base = DefaultDatabaseURL

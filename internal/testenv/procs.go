@@ -23,6 +23,7 @@ var (
 // Tests that crash real processes build with "faultinject".
 func Binaries(tb testing.TB, tags ...string) string {
 	tb.Helper()
+	needs(tb, "the binaries built and the services they connect to")
 	key := strings.Join(tags, ",")
 	buildMu.Lock()
 	defer buildMu.Unlock()

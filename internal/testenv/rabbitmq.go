@@ -23,6 +23,7 @@ type Broker struct {
 // topology exists, as they do in production.
 func RabbitMQ(tb testing.TB) *Broker {
 	tb.Helper()
+	needs(tb, "RabbitMQ")
 	url := os.Getenv("NUDGE_TEST_AMQP_URL")
 	if url == "" {
 		url = DefaultAMQPURL

@@ -14,6 +14,7 @@ import (
 // for this test's processes. It returns how many it closed.
 func CloseConnections(tb testing.TB, name string) int {
 	tb.Helper()
+	needs(tb, "rabbitmqctl")
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		Unavailable(tb, "rabbitmqctl", "run the tests on the broker's machine as a user allowed to use rabbitmqctl", err)
 		return 0

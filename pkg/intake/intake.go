@@ -19,17 +19,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
-// Querier is satisfied by pgx.Tx, *pgx.Conn and *pgxpool.Pool.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is what every function here runs its statements on: pgx.Tx (to
+// schedule inside the application's own transaction), *pgx.Conn and
+// *pgxpool.Pool satisfy it. It is the one interface the whole of Nudge uses
+// for this (Exec, Query, QueryRow).
+type Querier = pg.Querier
 
 // Request is one reminder to schedule.
 type Request struct {

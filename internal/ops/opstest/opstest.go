@@ -19,6 +19,7 @@ import (
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/ops"
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -55,7 +56,7 @@ type Row struct {
 }
 
 // Insert inserts r with a "scheduled" event and returns its id.
-func Insert(t testing.TB, db ops.Querier, r Row) int64 {
+func Insert(t testing.TB, db pg.Querier, r Row) int64 {
 	t.Helper()
 	now := time.Now()
 	if r.Tenant == "" {
@@ -204,7 +205,7 @@ type Event struct {
 }
 
 // Events returns the events of reminder id, oldest first.
-func Events(t testing.TB, db ops.Querier, id int64) []Event {
+func Events(t testing.TB, db pg.Querier, id int64) []Event {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT coalesce(from_state, ''), to_state, fence, actor, reason
 		FROM reminder_events WHERE reminder_id = $1 ORDER BY id`, id)
@@ -219,7 +220,7 @@ func Events(t testing.TB, db ops.Querier, id int64) []Event {
 }
 
 // LastEvent returns the newest event of reminder id.
-func LastEvent(t testing.TB, db ops.Querier, id int64) Event {
+func LastEvent(t testing.TB, db pg.Querier, id int64) Event {
 	t.Helper()
 	evs := Events(t, db, id)
 	require.NotEmpty(t, evs)
@@ -227,7 +228,7 @@ func LastEvent(t testing.TB, db ops.Querier, id int64) Event {
 }
 
 // State returns reminder id's state, fence and attempts.
-func State(t testing.TB, db ops.Querier, id int64) (reminder.State, int64, int) {
+func State(t testing.TB, db pg.Querier, id int64) (reminder.State, int64, int) {
 	t.Helper()
 	var s reminder.State
 	var fence int64

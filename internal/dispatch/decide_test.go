@@ -1,0 +1,47 @@
+package dispatch
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestBudgetAllows(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                   string
+		spent, slowest, budget time.Duration
+		want                   bool
+	}{
+		{"first batch", 0, 0, 4 * time.Minute, true},
+		{"room for one more as slow as the slowest", 3 * time.Minute, 59 * time.Second, 4 * time.Minute, true},
+		{"the next batch would end exactly at the budget", 3 * time.Minute, time.Minute, 4 * time.Minute, false},
+		{"the next batch would overrun", 3*time.Minute + 30*time.Second, time.Minute, 4 * time.Minute, false},
+		{"budget already spent", 5 * time.Minute, 0, 4 * time.Minute, false},
+	} {
+		if got := budgetAllows(tc.spent, tc.slowest, tc.budget); got != tc.want {
+			t.Errorf("%s: budgetAllows(%s, %s, %s) = %v, want %v", tc.name, tc.spent, tc.slowest, tc.budget, got, tc.want)
+		}
+	}
+}
+
+func TestWorthRecording(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		sum       Summary
+		err       error
+		sinceLast time.Duration
+		want      bool
+	}{
+		{"idle, recorded a second ago", Summary{}, nil, time.Second, false},
+		{"idle, a minute since the last record", Summary{}, nil, time.Minute, true},
+		{"claimed something", Summary{Claimed: 1}, nil, time.Second, true},
+		{"failed", Summary{}, errors.New("broker down"), time.Second, true},
+		{"out of budget", Summary{OutOfBudget: true}, nil, time.Second, true},
+	} {
+		if got := worthRecording(tc.sum, tc.err, tc.sinceLast); got != tc.want {
+			t.Errorf("%s: worthRecording = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

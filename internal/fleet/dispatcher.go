@@ -1,0 +1,58 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/dispatch"
+)
+
+// Dispatcher is what the dispatcher binary's flags fill in.
+type Dispatcher struct {
+	Common config.Common
+	Config dispatch.Config
+	// Every, when positive, runs a pass every Every instead of once.
+	Every time.Duration
+	// Pushgateway is where each run's summary is pushed (empty: nowhere).
+	Pushgateway string
+}
+
+// RegisterFlags adds the dispatcher's flags to fs.
+func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
+	o.Common.RegisterDB(fs)
+	o.Common.RegisterBroker(fs)
+	def := dispatch.Config{}.WithDefaults()
+	fs.IntVar(&o.Config.Batch, "batch", def.Batch, "reminders claimed per batch")
+	fs.DurationVar(&o.Config.Lease, "lease", def.Lease,
+		"how long a claim's rows stay enqueued under its dispatch lease before the reconciler may return unconfirmed ones to pending")
+	fs.DurationVar(&o.Config.Budget, "budget", def.Budget,
+		"time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
+	fs.DurationVar(&o.Every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
+	fs.StringVar(&o.Pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
+}
+
+// Run runs one dispatch pass (or, with Every, a pass every Every until ctx
+// ends), records each run in dispatch_runs and pushes its summary.
+func (o *Dispatcher) Run(ctx context.Context, env Env) error {
+	p, err := startPublishing(ctx, &o.Common, "dispatcher", env)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	d := &dispatch.Dispatcher{
+		Enqueuer: p.enqueuer,
+		Config:   o.Config,
+		Log:      env.Log,
+		AfterRun: dispatch.Report(p.pool, p.enqueuer.Actor, env.Clock, o.Pushgateway, env.Registry, env.Log),
+	}
+	if o.Every > 0 {
+		return d.Loop(ctx, o.Every)
+	}
+	sum, err := d.RunOnce(ctx)
+	d.LogSummary(sum, err)
+	d.AfterRun(ctx, sum, err)
+	return err
+}

@@ -1,0 +1,107 @@
+package fleet_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/fleet"
+	"github.com/nudgehq/nudge/internal/probe"
+	"github.com/nudgehq/nudge/internal/reconcile"
+	"github.com/nudgehq/nudge/internal/retention"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/internal/worker"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// parse registers a binary's flags and parses an empty command line.
+func parse(t *testing.T, register func(*pflag.FlagSet)) {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	register(fs)
+	require.NoError(t, fs.Parse(nil))
+}
+
+// A binary started without flags runs with the library's defaults: the flag
+// defaults come from WithDefaults, and a flag whose default is 0 is one the
+// library derives (prefetch, send-lease, burst).
+func TestFlagDefaultsAreTheLibraryDefaults(t *testing.T) {
+	t.Parallel()
+	t.Run("dispatcher", func(t *testing.T) {
+		var o fleet.Dispatcher
+		parse(t, o.RegisterFlags)
+		require.Equal(t, dispatch.Config{}.WithDefaults(), o.Config)
+	})
+	t.Run("reconciler", func(t *testing.T) {
+		var o fleet.Reconciler
+		parse(t, o.RegisterFlags)
+		require.Equal(t, reconcile.Config{}.WithDefaults(), o.Config)
+		require.Equal(t, retention.Config{}.WithDefaults(), o.Retention)
+		require.Equal(t, reconcile.DefaultEvery, o.Every)
+		require.Equal(t, reconcile.DefaultCleanEvery, o.CleanEvery)
+		require.Equal(t, fleet.DefaultListen, o.Listen)
+	})
+	for _, ch := range reminder.Channels {
+		t.Run(string(ch)+"-worker", func(t *testing.T) {
+			o := fleet.Worker{Config: worker.Config{Channel: ch}}
+			parse(t, o.RegisterFlags)
+			def := worker.Config{Channel: ch}.WithDefaults()
+			require.Equal(t, def, o.Config.WithDefaults())
+			derived := worker.Config{Channel: ch, Prefetch: o.Config.Prefetch, SendLease: o.Config.SendLease, Burst: o.Config.Burst}
+			require.Equal(t, worker.Config{Channel: ch}, derived, "derived settings default to 0 (derive)")
+			require.Equal(t, fleet.DefaultListen, o.Listen)
+		})
+	}
+	t.Run("common", func(t *testing.T) {
+		var c config.Common
+		parse(t, func(fs *pflag.FlagSet) { c.RegisterDB(fs); c.RegisterBroker(fs) })
+		require.Equal(t, broker.Topology{}.WithDefaults(), c.Topology())
+	})
+}
+
+func env() fleet.Env {
+	return fleet.Env{Log: zerolog.Nop(), Registry: probe.NewRegistry(), Clock: clock.Real{}}
+}
+
+// The dispatcher and the reconciler check the topology before anything else
+// touches the broker: a missing work queue stops them at start, by name.
+func TestPublishersCheckTheTopologyAndDeclareOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	db, mq := testenv.Postgres(t), testenv.RabbitMQ(t)
+	common := config.Common{DatabaseURL: db.URL, AMQPURL: mq.URL, SigningKeys: "test:0123456789abcdef0123",
+		QueuePrefix: "t-" + testenv.RandomID(), LogLevel: "warn", LogFormat: "json"}
+	topo := common.Topology()
+	t.Cleanup(func() {
+		if conn, err := broker.Dial(mq.URL, "fleet-test-cleanup"); err == nil {
+			defer conn.Close()
+			if ch, err := conn.Channel(); err == nil {
+				_ = topo.Delete(ch)
+			}
+		}
+	})
+	ctx := context.Background()
+
+	d := fleet.Dispatcher{Common: common}
+	err := d.Run(ctx, fleet.Env{Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Clock: clock.Real{}})
+	require.ErrorIs(t, err, broker.ErrTopologyMissing)
+	require.Contains(t, err.Error(), "exchange "+topo.WorkExchange()+", queue "+topo.Queue("email")+", queue "+topo.Queue("sms"))
+
+	r := fleet.Reconciler{Common: common, Once: true}
+	require.ErrorIs(t, r.Run(ctx, env()), broker.ErrTopologyMissing)
+
+	d.Common.DeclareTopology = true
+	require.NoError(t, d.Run(ctx, fleet.Env{Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Clock: clock.Real{}}),
+		"declares, then one run over an empty table")
+	var runs int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_runs`).Scan(&runs))
+	require.Equal(t, 1, runs, "the run is recorded, idle as it was")
+	require.NoError(t, r.Run(ctx, env()), "declared now: the check passes")
+}
