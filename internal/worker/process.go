@@ -450,18 +450,18 @@ func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
 			it.done = true
 			continue
 		}
-		w.with(w.log.Debug(), it).Str("state", string(it.out.State)).Str("reason", it.out.Reason).Msg("attempt recorded")
-		if it.out.State == reminder.Failed {
+		w.with(w.log.Debug(), it).Str("state", string(it.out.State())).Str("reason", it.out.Reason).Msg("attempt recorded")
+		if it.out.State() == reminder.Failed {
 			w.with(w.log.Warn(), it).Str("reason", it.out.Reason).Msg("reminder failed")
 		}
-		switch it.out.State {
+		switch it.out.State() {
 		case reminder.Delivered, reminder.Failed, reminder.Expired:
-			w.m.Outcome(ch, string(it.out.State), it.code)
+			w.m.Outcome(ch, string(it.out.State()), it.code)
 			w.m.HopBetween(metrics.HopStartToTerminal, ch, it.claimedAt, recorded)
 		case reminder.Retrying:
 			w.m.Retry(ch, it.code)
 		}
-		switch it.out.State {
+		switch it.out.State() {
 		case reminder.Delivered:
 			w.counts.delivered.Add(1)
 			it.done = true
@@ -629,7 +629,7 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	defer func() {
 		if p := recover(); p != nil {
 			// A bug in the adapter or a template met this reminder: park it.
-			it.out.State, it.out.AttemptOutcome, it.code = reminder.Quarantined, "permanent", "panic"
+			it.out.Code, it.out.Attempt, it.code = reminder.CodeSendPanicked, reminder.OutcomePanicked, "panic"
 			it.out.Error = fmt.Sprintf("panic: %v", p)
 			it.out.Reason = "quarantined: the send panicked: " + fmt.Sprint(p)
 		}
@@ -638,18 +638,18 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		// No send slot in time: nothing was sent. Hand it back as a retry
 		// (the claim counted an attempt), or expire it at its deadline.
 		next := w.clock.Now().Add(w.topo.RetryTiers[0])
-		it.out.AttemptOutcome, it.out.Error, it.code = "retryable", "not sent: no rate-limit slot in time", "slot_missed"
+		it.out.Attempt, it.out.Error, it.code = reminder.OutcomeNotSent, "not sent: no rate-limit slot in time", "slot_missed"
 		if !next.Before(it.row.Deadline) {
-			it.out.State, it.out.Reason = reminder.Expired, "rate_limited: no capacity before the deadline"
+			it.out.Code, it.out.Reason = reminder.CodeNoCapacity, "rate_limited: no capacity before the deadline"
 			return
 		}
-		it.out.State, it.out.NextAttemptAt = reminder.Retrying, &next
+		it.out.Code, it.out.NextAttemptAt = reminder.CodeRetry, &next
 		it.out.Reason = "rate_limited: send slot missed; retrying"
 		return
 	}
 	start := w.clock.Now()
 	if !start.Before(it.row.Deadline) {
-		it.out.State, it.out.AttemptOutcome = reminder.Expired, "retryable"
+		it.out.Code, it.out.Attempt = reminder.CodeDeadlineBeforeSend, reminder.OutcomeNotSent
 		it.out.Error, it.out.Reason = "not sent", "deadline reached before the send started"
 		it.code = "deadline"
 		return
@@ -661,7 +661,7 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
 	})
 	if err == nil {
-		it.out.State, it.out.AttemptOutcome, it.out.ProviderID = reminder.Delivered, "delivered", id
+		it.out.Code, it.out.Attempt, it.out.ProviderID = reminder.CodeDelivered, reminder.OutcomeDelivered, id
 		it.out.Reason, it.code = "delivered", "delivered"
 		return
 	}
@@ -669,24 +669,24 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	it.code = pe.Code
 	it.out.Error = pe.Error()
 	if pe.Kind == provider.Permanent {
-		it.out.State, it.out.AttemptOutcome = reminder.Failed, "permanent"
+		it.out.Code, it.out.Attempt = reminder.CodePermanentFailure, pe.Outcome()
 		it.out.Reason = "permanent failure: " + pe.Code
 		return
 	}
-	it.out.AttemptOutcome = "retryable"
+	it.out.Attempt = pe.Outcome()
 	if it.att.Number >= w.cfg.MaxAttempts {
-		it.out.State = reminder.Failed
+		it.out.Code = reminder.CodeAttemptsExhausted
 		it.out.Reason = fmt.Sprintf("attempts exhausted (%d): %s", it.att.Number, pe.Code)
 		return
 	}
 	delay := w.topo.Tier(w.backoff(it.att.Number, pe.RetryAfter))
 	next := w.clock.Now().Add(delay)
 	if !next.Before(it.row.Deadline) {
-		it.out.State = reminder.Expired
+		it.out.Code = reminder.CodeDeadlineBeforeRetry
 		it.out.Reason = "deadline would pass before the next attempt: " + pe.Code
 		return
 	}
-	it.out.State, it.out.NextAttemptAt = reminder.Retrying, &next
+	it.out.Code, it.out.NextAttemptAt = reminder.CodeRetry, &next
 	it.out.Reason = fmt.Sprintf("retry %d in %s: %s", it.att.Number, delay, pe.Code)
 }
 
