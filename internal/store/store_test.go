@@ -726,3 +726,85 @@ func TestClaimForDeliveryClaimsAndExplains(t *testing.T) {
 	require.Equal(t, reminder.Enqueued, b.get(t, late).State, "past its deadline: not claimed")
 	require.False(t, now.Before(rows[late].Deadline), "the row says why")
 }
+
+// Whether an attempt may have reached the recipient is the worker's typed
+// outcome (delivery_attempts.result), not its error text; the text is read
+// only for attempts of a worker before schema version 9, which has none.
+func TestUnknownOutcomeIsTheAttemptsResult(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		first   reminder.Outcome
+		error   string
+		legacy  bool // the first attempt as a version-8 worker recorded it
+		unknown bool
+	}{
+		{"unknown, whatever the text", reminder.OutcomeUnknown, "connection reset", false, true},
+		{"retryable, though the text says timeout", reminder.OutcomeRetryable, "retryable send failure (timeout): x", false, false},
+		{"not sent", reminder.OutcomeNotSent, "not sent", false, false},
+		{"version 8: timeout in the text", "", "retryable send failure (timeout): x", true, true},
+		{"version 8: 503 in the text", "", "retryable send failure (http_503): x", true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			now := b.clock.Now()
+			id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+			f := b.enqueue(t, id)
+			att, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: f}}, time.Minute, "w")
+			require.NoError(t, err)
+			next := now.Add(time.Second)
+			first := tc.first
+			if tc.legacy {
+				first = reminder.OutcomeRetryable
+			}
+			_, err = b.st.RecordOutcomes(ctx, now, []store.Outcome{{ReminderID: id, Fence: att[id].Fence,
+				AttemptID: att[id].AttemptID, Code: reminder.CodeRetry, Attempt: first, NextAttemptAt: &next, Error: tc.error}}, "w")
+			require.NoError(t, err)
+			if tc.legacy {
+				_, err := b.db.Pool.Exec(ctx, `UPDATE delivery_attempts SET result = NULL WHERE id = $1`, att[id].AttemptID)
+				require.NoError(t, err)
+			}
+			again, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: att[id].Fence}}, time.Minute, "w")
+			require.NoError(t, err)
+			moved, err := b.st.RecordOutcomes(ctx, now, []store.Outcome{{ReminderID: id, Fence: again[id].Fence,
+				AttemptID: again[id].AttemptID, Code: reminder.CodeAttemptsExhausted, Attempt: reminder.OutcomeRetryable,
+				Reason: "attempts exhausted (2): http_503"}}, "w")
+			require.NoError(t, err)
+			require.True(t, moved[id])
+			r := b.get(t, id)
+			require.Equal(t, reminder.Failed, r.State)
+			want := "attempts exhausted (2): http_503"
+			if tc.unknown {
+				want += "; an earlier attempt's outcome is unknown"
+			}
+			require.Equal(t, want, r.Reason)
+			ev := b.lastEvent(t, id)
+			require.Equal(t, reminder.CodeAttemptsExhausted, ev.Code)
+		})
+	}
+}
+
+// RecordOutcomes takes the next state from the transition table: a code that
+// leads nowhere from sending is refused, and nothing is written.
+func TestRecordOutcomesRefusesACodeTheTableDoesNotAllow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+	f := b.enqueue(t, id)
+	att, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: f}}, time.Minute, "w")
+	require.NoError(t, err)
+	for _, o := range []store.Outcome{
+		{Code: reminder.CodeClaimed, Attempt: reminder.OutcomeDelivered},
+		{Code: reminder.CodeDelivered, Attempt: "sent-ish"},
+	} {
+		o.ReminderID, o.Fence, o.AttemptID = id, att[id].Fence, att[id].AttemptID
+		_, err := b.st.RecordOutcomes(ctx, now, []store.Outcome{o}, "w")
+		require.Error(t, err, "%+v", o)
+	}
+	require.Equal(t, reminder.Sending, b.get(t, id).State)
+}

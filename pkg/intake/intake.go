@@ -122,7 +122,6 @@ type Outcome struct {
 	Err error
 }
 
-
 // ScheduleMany records many reminders in one round trip and returns one
 // Outcome per request, in order. Invalid or conflicting requests do not stop
 // the others; the returned error is only for a failure of the statement itself.

@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// State is where a reminder stands. Terminal states never change again.
+// State is where a reminder stands. Terminal states never change again,
+// but for an operator's replay of a failed reminder.
 type State string
 
 // The lifecycle: pending → enqueued (a dispatcher claimed it under a dispatch
@@ -43,7 +44,7 @@ const (
 // States lists every state in lifecycle order.
 var States = []State{Pending, Leased, Enqueued, Sending, Retrying, Quarantined, Delivered, Failed, Expired, Canceled}
 
-// Terminal reports whether s is final.
+// Terminal reports whether s is final: the reminder's outcome is decided.
 func (s State) Terminal() bool {
 	switch s {
 	case Delivered, Failed, Expired, Canceled:

@@ -204,10 +204,11 @@ func Allowed(from, to State, a Actor) bool {
 }
 
 // Lookup returns the transition from a state, by a kind of writer, for a
-// reason: where the code leads. False when the table has none.
+// reason: where the code leads (legacy rows aside). False when the table has
+// none.
 func Lookup(from State, a Actor, c Code) (Transition, bool) {
 	i := slices.IndexFunc(Transitions, func(t Transition) bool {
-		return t.From == from && t.Actor == a && t.Code == c
+		return !t.Legacy && t.From == from && t.Actor == a && t.Code == c
 	})
 	if i < 0 {
 		return Transition{}, false
