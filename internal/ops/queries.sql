@@ -43,7 +43,7 @@ WITH cand AS (
            republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
       FROM cand
      WHERE @apply::boolean AND cand.verdict = 'replay'
-       AND r.id = cand.id AND r.fence = cand.fence AND r.state = cand.old_state AND r.purged_at IS NULL
+       AND r.id = cand.id AND r.fence = cand.fence AND (r.state = cand.old_state) IS TRUE AND r.purged_at IS NULL
  RETURNING r.id, cand.old_state, r.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
