@@ -245,10 +245,10 @@ func TestWorkerRoleRunsItsStatementsOnly(t *testing.T) {
 	require.Len(t, atts, 2)
 	next := b.now.Add(30 * time.Second)
 	recorded, err := st.RecordOutcomes(ctx, b.now, []store.Outcome{
-		{ReminderID: sent, Fence: atts[sent].Fence, AttemptID: atts[sent].AttemptID, State: reminder.Delivered,
-			AttemptOutcome: "delivered", Reason: "delivered", ProviderID: "msg-1"},
-		{ReminderID: retried, Fence: atts[retried].Fence, AttemptID: atts[retried].AttemptID, State: reminder.Retrying,
-			AttemptOutcome: "retryable", NextAttemptAt: &next, Error: "503", Reason: "retry 1 in 30s: 503"},
+		{ReminderID: sent, Fence: atts[sent].Fence, AttemptID: atts[sent].AttemptID, Code: reminder.CodeDelivered,
+			Attempt: reminder.OutcomeDelivered, Reason: "delivered", ProviderID: "msg-1"},
+		{ReminderID: retried, Fence: atts[retried].Fence, AttemptID: atts[retried].AttemptID, Code: reminder.CodeRetry,
+			Attempt: reminder.OutcomeUnknown, NextAttemptAt: &next, Error: "503", Reason: "retry 1 in 30s: 503"},
 	}, login)
 	require.NoError(t, err)
 	require.Len(t, recorded, 2)

@@ -2,7 +2,9 @@
 -- each decision is one statement that moves a batch of rows and appends their
 -- events, guarded by the state and the fence the operator's view was taken
 -- at: a row that moved on in between is left alone and reported. Time comes
--- from the caller (@now).
+-- from the caller (@now). Events carry the code of their transition
+-- (pkg/reminder's Transitions, against which schema/transitions_test.go
+-- checks every statement here that writes reminders).
 
 -- name: Replay
 -- Controlled replay of a window or of chosen IDs, one batch after the id
@@ -41,11 +43,11 @@ WITH cand AS (
            republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
       FROM cand
      WHERE @apply::boolean AND cand.verdict = 'replay'
-       AND r.id = cand.id AND r.fence = cand.fence AND r.state = cand.old_state AND r.purged_at IS NULL
+       AND r.id = cand.id AND r.fence = cand.fence AND (r.state = cand.old_state) IS TRUE AND r.purged_at IS NULL
  RETURNING r.id, cand.old_state, r.fence
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'pending', fence, @actor, @reason, @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, 'pending', fence, @actor, 'replayed', @reason, @now FROM upd
 )
 SELECT cand.id, cand.old_state,
        CASE WHEN @apply::boolean AND cand.verdict = 'replay' AND upd.id IS NULL THEN 'moved_on'
@@ -77,12 +79,12 @@ WITH m AS (
            attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.attempts END,
            republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
       FROM m
-     WHERE r.id = m.id AND r.fence = m.fence AND r.state = 'quarantined'
+     WHERE r.id = m.id AND r.fence = m.fence AND (r.state = 'quarantined') IS TRUE
        AND r.deadline > @min_deadline AND r.purged_at IS NULL
  RETURNING r.id, r.fence
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, 'quarantined', 'pending', fence, @actor, @reason, @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, 'quarantined', 'pending', fence, @actor, 'dlq_replayed', @reason, @now FROM upd
 )
 SELECT id FROM upd;
 
@@ -96,11 +98,11 @@ WITH m AS (
        SET state = 'expired', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
            reason = @reason, finished_at = @now, updated_at = @now
       FROM m
-     WHERE r.id = m.id AND r.fence = m.fence AND r.state = 'quarantined'
+     WHERE r.id = m.id AND r.fence = m.fence AND (r.state = 'quarantined') IS TRUE
  RETURNING r.id, r.fence
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, 'quarantined', 'expired', fence, @actor, @reason, @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, 'quarantined', 'expired', fence, @actor, 'dlq_expired', @reason, @now FROM upd
 )
 SELECT id FROM upd;
 
@@ -156,10 +158,13 @@ SELECT max(cutoff) FILTER (WHERE error IS NULL AND NOT out_of_budget), max(finis
 -- name: StatsLastClaim
 -- Fallback when no dispatcher records its runs: the newest claim among the
 -- newest 100,000 events (a backward walk of the primary key, so it stays
--- cheap however large the table is).
+-- cheap however large the table is), by its code. Events written before
+-- schema version 9 (or by a dispatcher of version 8 still running during the
+-- rollout) have no code: for those, the claim's reason text as version 8
+-- wrote it.
 SELECT at FROM reminder_events
  WHERE id > (SELECT coalesce(max(id), 0) FROM reminder_events) - 100000
-   AND reason = 'claimed for dispatch'
+   AND (code = 'claimed' OR (code IS NULL AND reason = 'claimed for dispatch'))
  ORDER BY id DESC
  LIMIT 1;
 

@@ -64,7 +64,7 @@ type Window struct {
 type DispatchStats struct {
 	// Cutoff is the cutoff of the newest run that finished everything due
 	// before it (from dispatch_runs), or, when no run was recorded in the last
-	// day, the newest "claimed for dispatch" event (Source says which).
+	// day, the newest claim event (code "claimed") (Source says which).
 	Cutoff *time.Time `json:"cutoff,omitempty"`
 	// LastRun is when the newest recorded run finished (any outcome).
 	LastRun *time.Time `json:"last_run,omitempty"`

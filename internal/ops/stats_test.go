@@ -59,6 +59,18 @@ func TestReadStats(t *testing.T) {
 	require.Equal(t, "events", st.Dispatch.Source, "no run recorded: the newest claim")
 	require.Equal(t, 40*time.Second, st.CutoffLag())
 
+	// From schema version 9 a claim is found by its code, whatever its reason
+	// says; the reason text counts only on events without a code (above: one
+	// of a dispatcher before version 9).
+	_, err = db.Pool.Exec(ctx, `INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+		VALUES (1, 'pending', 'enqueued', 2, 'dispatcher', 'claimed', 'claimed, worded anew', $1),
+		       (1, 'failed', 'pending', 3, 'bob', 'replayed', 'claimed for dispatch', $2)`,
+		now.Add(-30*time.Second), now.Add(-10*time.Second))
+	require.NoError(t, err)
+	st, err = ops.ReadStats(ctx, db.Pool, now)
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, st.CutoffLag(), "the newest event coded claimed")
+
 	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now.Add(-70 * time.Second)},
 		now.Add(-69*time.Second), nil))
 	st, err = ops.ReadStats(ctx, db.Pool, now)

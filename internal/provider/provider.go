@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // Message is one send. IdempotencyKey is stable across every attempt of the
@@ -67,6 +69,21 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Outcome is what an attempt that failed with e came to: permanent, or
+// retryable with the answer known (the provider said "not now") or unknown
+// (no answer came, it may have accepted: codes "timeout", "network",
+// "canceled" and "unknown"). A reminder that ends undelivered after an
+// unknown outcome says so.
+func (e *Error) Outcome() reminder.Outcome {
+	switch {
+	case e.Kind == Permanent:
+		return reminder.OutcomePermanent
+	case e.Code == "timeout" || e.Code == "network" || e.Code == "canceled" || e.Code == "unknown":
+		return reminder.OutcomeUnknown
+	}
+	return reminder.OutcomeRetryable
+}
 
 // Classify returns the classification of err: a *Error found with errors.As,
 // or a retryable one with code "unknown" for anything else.

@@ -13,6 +13,7 @@ package retention
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"sync"
@@ -23,7 +24,15 @@ import (
 
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/pg"
+	"github.com/nudgehq/nudge/internal/sqlfile"
 )
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = sqlfile.Parse("queries.sql", queriesSQL)
+
+func query(name string) string { return queries.Get(name) }
 
 // Default windows.
 const (
@@ -154,116 +163,12 @@ func (s Summary) Total() int64 {
 		s.ConfirmsDeleted + s.FlowsDeleted
 }
 
-const terminal = `('delivered', 'failed', 'expired', 'canceled')`
-
-// purgeSQL empties payloads and deletes the attempts of one batch of
-// terminal rows. FOR UPDATE keeps each row terminal for the statement (a
-// concurrent replay waits, then finds it purged and refuses it); SKIP LOCKED
-// leaves rows another transaction holds for the next pass.
-const purgeSQL = `
-WITH old AS (
-    SELECT id, recipient,
-           CASE WHEN channel = 'email'
-                THEN left(recipient, 1) || '***@' || split_part(recipient, '@', 2)
-                ELSE left(recipient, 3) || '***' || right(recipient, 2) END AS masked
-      FROM reminders
-     WHERE purged_at IS NULL AND state IN ` + terminal + `
-       AND coalesce(finished_at, updated_at) < @before
-     ORDER BY coalesce(finished_at, updated_at)
-     LIMIT @limit
-       FOR UPDATE SKIP LOCKED
-), att AS (
-    DELETE FROM delivery_attempts a USING old WHERE a.reminder_id = old.id RETURNING a.id
-), upd AS (
-    UPDATE reminders r
-       SET data = '{}'::jsonb, purged_at = @now, recipient = old.masked,
-           last_error = replace(r.last_error, old.recipient, old.masked)
-      FROM old
-     WHERE r.id = old.id
- RETURNING r.id
-)
-SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM att)`
-
-// deleteRemindersSQL deletes one batch of terminal rows (their attempts
-// cascade; their events stay).
-const deleteRemindersSQL = `
-WITH old AS (
-    SELECT id FROM reminders
-     WHERE state IN ` + terminal + ` AND coalesce(finished_at, updated_at) < @before
-     ORDER BY coalesce(finished_at, updated_at)
-     LIMIT @limit
-       FOR UPDATE SKIP LOCKED
-), del AS (
-    DELETE FROM reminders r USING old WHERE r.id = old.id RETURNING r.id
-)
-SELECT count(*) FROM del`
-
-// eventsRangeSQL reads the id range of the events table (primary key ends).
-const eventsRangeSQL = `SELECT coalesce(min(id), 0), coalesce(max(id), 0) FROM reminder_events`
-
-// deleteEventsSQL takes the next chunk of up to @limit events from id @lo
-// (ending before id hi, which it returns as the next chunk's start), deletes
-// those older than the window whose reminder is gone, and says whether every
-// event of the chunk is newer than the window: ids grow with time, so that
-// is the sweep's horizon.
-const deleteEventsSQL = `
-WITH bounds AS (
-    SELECT coalesce((SELECT id FROM reminder_events WHERE id >= @lo ORDER BY id OFFSET @limit LIMIT 1),
-                    @max::bigint + 1) AS hi
-), del AS (
-    DELETE FROM reminder_events e USING bounds
-     WHERE e.id >= @lo AND e.id < bounds.hi AND e.at < @before
-       AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.id = e.reminder_id)
- RETURNING e.id
-)
-SELECT (SELECT count(*) FROM del), (SELECT hi FROM bounds),
-       coalesce((SELECT min(e.at) >= @before FROM reminder_events e, bounds
-                  WHERE e.id >= @lo AND e.id < bounds.hi), true)`
-
-const deleteAuditSQL = `
-WITH del AS (
-    DELETE FROM operator_audit WHERE id IN (
-        SELECT id FROM operator_audit WHERE at < @before ORDER BY at LIMIT @limit)
-    RETURNING id
-)
-SELECT count(*) FROM del`
-
-const deleteRunsSQL = `
-WITH del AS (
-    DELETE FROM dispatch_runs WHERE id IN (
-        SELECT id FROM dispatch_runs WHERE finished_at < @before ORDER BY finished_at LIMIT @limit)
-    RETURNING id
-)
-SELECT count(*) FROM del`
-
-// deleteConfirmsSQL deletes old publish confirmations. One matters only
-// until the dispatch lease of its batch's rows has been resolved, minutes
-// after the confirm; they are kept as long as the runs, as the dispatcher's
-// record of what the broker accepted when.
-const deleteConfirmsSQL = `
-WITH del AS (
-    DELETE FROM publish_confirms WHERE batch IN (
-        SELECT batch FROM publish_confirms WHERE confirmed_at < @before ORDER BY confirmed_at LIMIT @limit)
-    RETURNING batch
-)
-SELECT count(*) FROM del`
-
 // IdleFlowAfter is how long a rate-limit flow (a channel's tenant on a
 // provider account) must have been idle before its row is deleted: its last
 // ask, its pacing state and its last deferred turn all that old. Its state
 // only matters for seconds; the row costs every reservation on the account a
 // read, so tenants that stopped sending must not keep one.
 const IdleFlowAfter = 24 * time.Hour
-
-const deleteIdleFlowsSQL = `
-WITH del AS (
-    DELETE FROM rate_flows WHERE (account, flow) IN (
-        SELECT account, flow FROM rate_flows
-         WHERE last_ask < @before AND tat < @before AND queue_tat < @before AND waiting < @before
-         LIMIT @limit)
-    RETURNING 1
-)
-SELECT count(*) FROM del`
 
 // Pass runs one bounded retention pass.
 func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
@@ -284,12 +189,12 @@ func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 		counts []*int64 // the first is the batch's row count
 	}{
 		// Deleting first: a row past both windows is deleted, not purged then deleted.
-		{"deleting reminders", deleteRemindersSQL, cfg.ReminderAfter, []*int64{&sum.RemindersDeleted}},
-		{"removing payloads", purgeSQL, cfg.PayloadAfter, []*int64{&sum.Purged, &sum.AttemptsDeleted}},
-		{"deleting operator audit rows", deleteAuditSQL, cfg.EventAfter, []*int64{&sum.AuditDeleted}},
-		{"deleting dispatch runs", deleteRunsSQL, cfg.ReminderAfter, []*int64{&sum.RunsDeleted}},
-		{"deleting publish confirmations", deleteConfirmsSQL, cfg.ReminderAfter, []*int64{&sum.ConfirmsDeleted}},
-		{"deleting idle rate-limit flows", deleteIdleFlowsSQL, IdleFlowAfter, []*int64{&sum.FlowsDeleted}},
+		{"deleting reminders", query("DeleteReminders"), cfg.ReminderAfter, []*int64{&sum.RemindersDeleted}},
+		{"removing payloads", query("PurgePayloads"), cfg.PayloadAfter, []*int64{&sum.Purged, &sum.AttemptsDeleted}},
+		{"deleting operator audit rows", query("DeleteAudit"), cfg.EventAfter, []*int64{&sum.AuditDeleted}},
+		{"deleting dispatch runs", query("DeleteRuns"), cfg.ReminderAfter, []*int64{&sum.RunsDeleted}},
+		{"deleting publish confirmations", query("DeleteConfirms"), cfg.ReminderAfter, []*int64{&sum.ConfirmsDeleted}},
+		{"deleting idle rate-limit flows", query("DeleteIdleFlows"), IdleFlowAfter, []*int64{&sum.FlowsDeleted}},
 	}
 	for _, st := range steps {
 		if err := c.batches(ctx, cfg, &sum, st.what, st.sql, st.window, st.counts); err != nil {
@@ -339,7 +244,7 @@ func (c *Cleaner) batches(ctx context.Context, cfg Config, sum *Summary, what, s
 func (c *Cleaner) sweepEvents(ctx context.Context, cfg Config, sum *Summary) error {
 	var lo, hi int64
 	sum.Statements++
-	if err := c.DB.QueryRow(ctx, eventsRangeSQL).Scan(&lo, &hi); err != nil {
+	if err := c.DB.QueryRow(ctx, query("EventsRange")).Scan(&lo, &hi); err != nil {
 		return fmt.Errorf("retention: reading the events range: %w", err)
 	}
 	lo = max(lo, c.eventsFrom)
@@ -357,7 +262,7 @@ func (c *Cleaner) sweepEvents(ctx context.Context, cfg Config, sum *Summary) err
 		var n, next int64
 		var horizon bool
 		sum.Statements++
-		if err := c.DB.QueryRow(ctx, deleteEventsSQL, pgx.NamedArgs{
+		if err := c.DB.QueryRow(ctx, query("DeleteEvents"), pgx.NamedArgs{
 			"lo": lo, "limit": cfg.Batch, "max": hi, "before": now.Add(-cfg.EventAfter),
 		}).Scan(&n, &next, &horizon); err != nil {
 			return fmt.Errorf("retention: deleting events: %w", err)

@@ -224,7 +224,7 @@ func statementCosts(b *testing.B, n int) {
 			}
 			var outs []Outcome
 			for rows.Next() {
-				o := Outcome{State: reminder.Delivered, AttemptOutcome: "delivered", Reason: "delivered", ProviderID: "p"}
+				o := Outcome{Code: reminder.CodeDelivered, Attempt: reminder.OutcomeDelivered, Reason: "delivered", ProviderID: "p"}
 				if err := rows.Scan(&o.ReminderID, &o.Fence, &o.AttemptID); err != nil {
 					b.Fatal(err)
 				}
@@ -233,7 +233,11 @@ func statementCosts(b *testing.B, n int) {
 			if rows.Err() != nil || len(outs) != len(batch) {
 				b.Fatalf("claimed %d of %d: %v", len(outs), len(batch), rows.Err())
 			}
-			cs.explain(b, db, "RecordOutcomes", len(outs), outcomeArgs(time.Now(), outs, "w"))
+			args, err := outcomeArgs(time.Now(), outs, "w")
+			if err != nil {
+				b.Fatal(err)
+			}
+			cs.explain(b, db, "RecordOutcomes", len(outs), args)
 		}
 	}
 	cs.report(b)
@@ -327,23 +331,4 @@ func fencedIn(tb testing.TB, db *testenv.DB, state string) []Fenced {
 		tb.Fatal(err)
 	}
 	return out
-}
-
-// outcomeArgs are RecordOutcomes' arguments, as Store.RecordOutcomes builds them.
-func outcomeArgs(now time.Time, os []Outcome, actor string) pgx.NamedArgs {
-	n := len(os)
-	ids, fences, attemptIDs := make([]int64, n), make([]int64, n), make([]int64, n)
-	states, outcomes, errs, reasons, provIDs := make([]string, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n)
-	next := make([]*time.Time, n)
-	for i, o := range os {
-		ids[i], fences[i], attemptIDs[i] = o.ReminderID, o.Fence, o.AttemptID
-		states[i], outcomes[i], errs[i], reasons[i], provIDs[i] = string(o.State), o.AttemptOutcome, o.Error, o.Reason, o.ProviderID
-		next[i] = o.NextAttemptAt
-	}
-	return pgx.NamedArgs{
-		"now": now, "ids": ids, "fences": fences, "attempt_ids": attemptIDs, "states": states,
-		"outcomes": outcomes, "next_attempts": next, "errors": errs, "reasons": reasons,
-		"provider_ids": provIDs, "actor": actor,
-	}
 }

@@ -3,7 +3,10 @@
 -- appends their events and returns what changed, for a whole batch at once;
 -- each is guarded by the fence (and the state) it expects, so a writer whose
 -- lease was taken over changes nothing. Time always comes from the caller's
--- clock (@now), never from now().
+-- clock (@now), never from now(). Every event carries the code of its
+-- transition: the moves each statement may make are listed in pkg/reminder
+-- (Transitions), and schema/transitions_test.go runs every statement here from
+-- every state and fails on a move, or a code, the table does not list.
 --
 -- Statements that work on rows named by id test the state as
 -- "(r.state ...) IS TRUE". The planner cannot prove a partial index's
@@ -73,8 +76,9 @@ WITH RECURSIVE tenants(tenant) AS (
  RETURNING r.id, due.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
            r.due_at, r.dispatch_batch
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, state, fence, @actor,
+           CASE state WHEN 'expired' THEN 'deadline_before_dispatch' ELSE 'claimed' END,
            CASE state WHEN 'expired' THEN 'deadline passed before dispatch' ELSE 'claimed for dispatch' END, @now
       FROM claimed
 )
@@ -115,8 +119,11 @@ WITH stuck AS (
  RETURNING r.id, stuck.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
            r.reason, r.due_at, r.dispatch_batch
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, state, fence, @actor,
+           CASE WHEN state = 'quarantined' THEN 'republish_limit'
+                WHEN old_state = 'sending' THEN 'send_lease_expired'
+                ELSE 'republished' END,
            CASE WHEN state = 'quarantined' THEN reason
                 WHEN old_state = 'sending' THEN 'send lease expired; retrying with the same idempotency key'
                 ELSE 'message overdue; republishing' END, @now
@@ -148,8 +155,8 @@ WITH m AS (
      WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('leased', 'enqueued')) IS TRUE
  RETURNING r.id, cur.old_state, r.fence
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'pending', fence, @actor, @reason, @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, 'pending', fence, @actor, 'publish_not_confirmed', @reason, @now FROM upd
 )
 SELECT id FROM upd;
 
@@ -182,8 +189,8 @@ WITH stale AS (
      WHERE r.id = stale.id
  RETURNING r.id, stale.old_state, r.state, r.fence
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'pending', fence, @actor,
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, 'pending', fence, @actor, 'dispatch_lease_expired',
            CASE old_state WHEN 'enqueued' THEN 'dispatch lease expired before the publish was confirmed'
                           ELSE 'dispatch lease expired' END, @now
       FROM upd
@@ -216,27 +223,37 @@ WITH late AS (
      WHERE r.id = late.id
  RETURNING r.id, late.old_state, r.fence, r.reason
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'expired', fence, @actor, reason, @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, 'expired', fence, @actor, 'deadline_passed', reason, @now FROM upd
 )
 SELECT count(*) FROM upd;
 
--- name: Quarantine
--- A message that keeps failing is parked: open rows still at the message's
--- fence become quarantined until an operator replays or expires them.
+-- name: SettleQueued
+-- A worker settles reminders whose message it holds without sending: rows
+-- still at the message's fence and waiting for it (leased, enqueued or
+-- retrying) move to @state under a new fence, their events coded @code
+-- (pkg/reminder decides the state from the code): expired when the deadline
+-- is reached (with @deadline_reached, only rows at or past it) or no capacity
+-- is left before it, quarantined when the message keeps failing its
+-- consumer (an operator replays or expires it). A reminder that ends expired
+-- after an attempt nobody learned the outcome of says so.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
     SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
 ), upd AS (
     UPDATE reminders r
-       SET state = 'quarantined', fence = r.fence + 1, lease_until = NULL, updated_at = @now, reason = @reason
+       SET state = @state::text, fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+           finished_at = CASE WHEN @state::text = 'expired' THEN @now::timestamptz END,
+           reason = @reason::text || CASE WHEN @state::text = 'expired' AND nudge_outcome_unknown(r.id)
+                                          THEN '; an earlier attempt''s outcome is unknown' ELSE '' END
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('leased', 'enqueued', 'retrying')
- RETURNING r.id, cur.old_state, r.fence
+     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
+       AND (NOT @deadline_reached::boolean OR r.deadline <= @now)
+ RETURNING r.id, cur.old_state, r.fence, r.reason
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'quarantined', fence, @actor, @reason, @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, @state::text, fence, @actor, @code::text, reason, @now FROM upd
 )
 SELECT id FROM upd;
 
@@ -274,8 +291,9 @@ WITH m AS (
        AND r.deadline > @now AND r.due_at <= @now
  RETURNING r.id, cur.old_state, r.fence, r.attempts
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'sending', fence, @actor, 'attempt ' || attempts || ' claimed', @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, 'sending', fence, @actor, 'attempt_claimed', 'attempt ' || attempts || ' claimed', @now
+      FROM upd
 ), att AS (
     INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at)
     SELECT id, attempts, fence, @actor, @now FROM upd
@@ -288,38 +306,18 @@ SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.d
   LEFT JOIN att ON att.reminder_id = r.id
  WHERE r.id = ANY(@ids::bigint[]);
 
--- name: ExpireFenced
--- A worker found the deadline reached before sending: open rows still at
--- the message's fence become expired.
-WITH m AS (
-    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
-), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
-), upd AS (
-    UPDATE reminders r
-       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
-           finished_at = @now,
-           reason = @reason || CASE WHEN nudge_outcome_unknown(r.id) THEN '; an earlier attempt''s outcome is unknown'
-                                    ELSE '' END
-      FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
-       AND r.deadline <= @now
- RETURNING r.id, cur.old_state, r.fence, r.reason
-), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'expired', fence, @actor, reason, @now FROM upd
-)
-SELECT id FROM upd;
-
 -- name: RecordOutcomes
--- After the provider answered: each attempt row gets its outcome whatever
--- happened to the lease; each reminder still sending under the attempt's fence
--- moves to its new state (delivered, retrying, failed or expired).
+-- After the provider answered: each attempt row gets its outcome (@results,
+-- and the coarse @outcomes that binaries before schema version 9 read)
+-- whatever happened to the lease; each reminder still sending under the
+-- attempt's fence moves to the state its transition's code leads to
+-- (@states, derived from @codes by pkg/reminder: delivered, retrying, failed,
+-- expired or quarantined).
 WITH o AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @attempt_ids::bigint[], @states::text[],
-                         @outcomes::text[], @next_attempts::timestamptz[], @errors::text[],
-                         @reasons::text[], @provider_ids::text[])
-           AS o(id, fence, attempt_id, state, outcome, next_attempt_at, error, reason, provider_id)
+                         @codes::text[], @results::text[], @outcomes::text[], @next_attempts::timestamptz[],
+                         @errors::text[], @reasons::text[], @provider_ids::text[])
+           AS o(id, fence, attempt_id, state, code, result, outcome, next_attempt_at, error, reason, provider_id)
 ), upd AS (
     UPDATE reminders r
        SET state = o.state, next_attempt_at = o.next_attempt_at, lease_until = NULL,
@@ -331,11 +329,12 @@ WITH o AS (
            updated_at = @now
       FROM o
      WHERE r.id = o.id AND r.fence = o.fence AND (r.state = 'sending') IS TRUE
- RETURNING r.id, r.state, r.fence, r.reason
+ RETURNING r.id, r.state, r.fence, r.reason, o.code
 ), att AS (
     UPDATE delivery_attempts a
        SET finished_at = @now,
            outcome = o.outcome,
+           result = o.result,
            provider_message_id = nullif(o.provider_id, ''),
            error = CASE WHEN upd.id IS NULL
                         THEN concat_ws('; ', nullif(o.error, ''), 'recorded after the lease was taken over')
@@ -343,8 +342,8 @@ WITH o AS (
       FROM o LEFT JOIN upd ON upd.id = o.id
      WHERE a.id = o.attempt_id
 ), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, 'sending', state, fence, @actor, coalesce(nullif(reason, ''), state), @now FROM upd
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, 'sending', state, fence, @actor, code, coalesce(nullif(reason, ''), state), @now FROM upd
 )
 SELECT id FROM upd;
 
@@ -364,25 +363,5 @@ UPDATE reminders r
        next_attempt_at = CASE WHEN r.state = 'retrying' THEN m.until ELSE r.next_attempt_at END,
        updated_at = @now
   FROM m
- WHERE r.id = m.id AND r.fence = m.fence AND r.state IN ('enqueued', 'retrying')
+ WHERE r.id = m.id AND r.fence = m.fence AND (r.state IN ('enqueued', 'retrying')) IS TRUE
 RETURNING r.id;
-
--- name: ExpireEarly
--- No capacity before the deadline: the reminder ends as expired now rather
--- than wait for a send that can no longer start in time.
-WITH m AS (
-    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
-), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
-), upd AS (
-    UPDATE reminders r
-       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
-           finished_at = @now, reason = @reason
-      FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND r.state IN ('leased', 'enqueued', 'retrying')
- RETURNING r.id, cur.old_state, r.fence
-), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, old_state, 'expired', fence, @actor, @reason, @now FROM upd
-)
-SELECT id FROM upd;

@@ -185,11 +185,12 @@ func (s *Store) ConfirmPublished(ctx context.Context, now time.Time, confirmed m
 	return nil
 }
 
-// Release returns enqueued reminders whose publish was not confirmed (and
-// leased ones) to pending under a new fence.
+// Release returns enqueued reminders whose publish was not confirmed to
+// pending under a new fence (and leased ones, claimed by a dispatcher of
+// schema version 6 or earlier during a rollout).
 func (s *Store) Release(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
 	ids, fences := split(fs)
-	return s.ids(ctx, "releasing leases", "Release", pgx.NamedArgs{
+	return s.ids(ctx, "releasing unconfirmed claims", "Release", pgx.NamedArgs{
 		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
 	})
 }
@@ -204,8 +205,9 @@ func (s *Store) count(ctx context.Context, op, name string, args pgx.NamedArgs) 
 
 // ResolveExpiredLeases resolves up to limit dispatch leases that ran out:
 // an enqueued reminder whose batch's publish was confirmed keeps its state
-// (cleared counts them); one whose publish was not, or a leased one, returns
-// to pending under a new fence (released counts them).
+// (cleared counts them); one whose publish was not, or a leased one (claimed
+// by a dispatcher before schema version 7), returns to pending under a new
+// fence (released counts them).
 func (s *Store) ResolveExpiredLeases(ctx context.Context, now time.Time, limit int, actor string) (released, cleared int, err error) {
 	err = s.pool.QueryRow(ctx, query("ResolveExpiredLeases"), pgx.NamedArgs{
 		"now": now, "limit": limit, "actor": actor,
@@ -224,11 +226,24 @@ func (s *Store) ExpireOverdue(ctx context.Context, now time.Time, limit int, act
 	})
 }
 
-// Quarantine parks reminders whose message keeps failing, for the fences given.
+// Quarantine parks reminders whose message keeps failing, for the fences
+// given: quarantined until an operator replays or expires them.
 func (s *Store) Quarantine(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
+	return s.settle(ctx, "quarantining reminders", now, fs, reminder.CodePoisonMessage, actor, reason)
+}
+
+// settle moves reminders a worker holds the message of, still waiting for it
+// at the given fences (leased, enqueued or retrying), where code leads
+// (reminder.Transitions), with one statement for every such code.
+func (s *Store) settle(ctx context.Context, op string, now time.Time, fs []Fenced, code reminder.Code, actor, reason string) (map[int64]bool, error) {
+	to, err := reminder.Target(reminder.Worker, code, reminder.Leased, reminder.Enqueued, reminder.Retrying)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	ids, fences := split(fs)
-	return s.ids(ctx, "quarantining reminders", "Quarantine", pgx.NamedArgs{
+	return s.ids(ctx, op, "SettleQueued", pgx.NamedArgs{
 		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
+		"state": string(to), "code": string(code), "deadline_reached": code == reminder.CodeDeadlineBeforeSend,
 	})
 }
 
@@ -256,13 +271,11 @@ func (s *Store) Defer(ctx context.Context, now time.Time, fs []Fenced, untils []
 	})
 }
 
-// ExpireEarly expires open reminders at the given fences now, before their
-// deadline, because nothing can be sent in time (no capacity before it).
+// ExpireEarly expires leased, enqueued or retrying reminders at the given
+// fences now, before their deadline, because nothing can be sent in time (no
+// capacity before it).
 func (s *Store) ExpireEarly(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
-	ids, fences := split(fs)
-	return s.ids(ctx, "expiring reminders early", "ExpireEarly", pgx.NamedArgs{
-		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
-	})
+	return s.settle(ctx, "expiring reminders early", now, fs, reminder.CodeNoCapacity, actor, reason)
 }
 
 // Delivery is what a worker needs to decide about and send one reminder.
@@ -325,9 +338,10 @@ type Attempt struct {
 	AttemptID int64
 }
 
-// ClaimAttempts moves the given reminders from enqueued or retrying to
-// sending, each only while it still has the given fence, is due and is
-// before its deadline at now. It returns the attempts it claimed by reminder id.
+// ClaimAttempts moves the given reminders from enqueued or retrying (or
+// leased, claimed by a dispatcher before schema version 7) to sending, each
+// only while it still has the given fence, is due and is before its deadline
+// at now. It returns the attempts it claimed by reminder id.
 func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Attempt, error) {
 	_, claimed, err := s.ClaimForDelivery(ctx, now, fs, lease, actor)
 	return claimed, err
@@ -367,13 +381,10 @@ func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, fs []Fenced
 	return out, claimed, nil
 }
 
-// ExpireFenced expires enqueued or retrying reminders at the given fences
-// whose deadline is at or before now.
+// ExpireFenced expires leased, enqueued or retrying reminders at the given
+// fences whose deadline is at or before now.
 func (s *Store) ExpireFenced(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
-	ids, fences := split(fs)
-	return s.ids(ctx, "expiring reminders", "ExpireFenced", pgx.NamedArgs{
-		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
-	})
+	return s.settle(ctx, "expiring reminders", now, fs, reminder.CodeDeadlineBeforeSend, actor, reason)
 }
 
 // Outcome is the result of one send attempt.
@@ -382,37 +393,63 @@ type Outcome struct {
 	// Fence is the attempt's fence (Attempt.Fence).
 	Fence     int64
 	AttemptID int64
-	// State is the reminder's next state: Delivered, Retrying, Failed or Expired.
-	State reminder.State
-	// AttemptOutcome is "delivered", "retryable" or "permanent".
-	AttemptOutcome string
-	// NextAttemptAt is set with State Retrying.
+	// Code is the reminder's transition out of sending: it decides the next
+	// state (reminder.Transitions, by the worker, from sending).
+	Code reminder.Code
+	// Attempt is what the attempt came to.
+	Attempt reminder.Outcome
+	// NextAttemptAt is set with CodeRetry.
 	NextAttemptAt *time.Time
 	Error         string
 	Reason        string
 	ProviderID    string
 }
 
+// State is the state Code leads to from sending, or None when the table has
+// no such transition (RecordOutcomes refuses it).
+func (o Outcome) State() reminder.State {
+	t, _ := reminder.Lookup(reminder.Sending, reminder.Worker, o.Code)
+	return t.To
+}
+
 // RecordOutcomes records the attempts' outcomes and moves each reminder still
-// sending under its attempt's fence to its next state. It returns the ids of
-// the reminders it moved; an outcome missing from it lost its lease.
+// sending under its attempt's fence to the state its code leads to. It
+// returns the ids of the reminders it moved; an outcome missing from it lost
+// its lease. An outcome whose code leads nowhere from sending, or whose
+// attempt outcome is unknown, is refused (nothing is written).
 func (s *Store) RecordOutcomes(ctx context.Context, now time.Time, os []Outcome, actor string) (map[int64]bool, error) {
+	args, err := outcomeArgs(now, os, actor)
+	if err != nil {
+		return nil, fmt.Errorf("recording send outcomes: %w", err)
+	}
+	return s.ids(ctx, "recording send outcomes", "RecordOutcomes", args)
+}
+
+// outcomeArgs are RecordOutcomes' arguments, in reminder id order (see split).
+func outcomeArgs(now time.Time, os []Outcome, actor string) (pgx.NamedArgs, error) {
 	n := len(os)
 	var (
-		ids, fences, attemptIDs                  = make([]int64, n), make([]int64, n), make([]int64, n)
-		states, outcomes, errs, reasons, provIDs = make([]string, n), make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n)
-		next = make([]*time.Time, n)
+		ids, fences, attemptIDs = make([]int64, n), make([]int64, n), make([]int64, n)
+		states, codes, results  = make([]string, n), make([]string, n), make([]string, n)
+		outcomes, errs          = make([]string, n), make([]string, n)
+		reasons, provIDs        = make([]string, n), make([]string, n)
+		next                    = make([]*time.Time, n)
 	)
-	os = byID(os, func(o Outcome) int64 { return o.ReminderID })
-	for i, o := range os {
+	for i, o := range byID(os, func(o Outcome) int64 { return o.ReminderID }) {
+		to := o.State()
+		if to == reminder.None {
+			return nil, fmt.Errorf("reminder %d: no transition from sending by a worker with code %q", o.ReminderID, o.Code)
+		}
+		if !slices.Contains(reminder.Outcomes, o.Attempt) {
+			return nil, fmt.Errorf("reminder %d: unknown attempt outcome %q", o.ReminderID, o.Attempt)
+		}
 		ids[i], fences[i], attemptIDs[i] = o.ReminderID, o.Fence, o.AttemptID
-		states[i], outcomes[i], errs[i], reasons[i], provIDs[i] = string(o.State), o.AttemptOutcome, o.Error, o.Reason, o.ProviderID
-		next[i] = o.NextAttemptAt
+		states[i], codes[i], results[i], outcomes[i] = string(to), string(o.Code), string(o.Attempt), o.Attempt.Legacy()
+		errs[i], reasons[i], provIDs[i], next[i] = o.Error, o.Reason, o.ProviderID, o.NextAttemptAt
 	}
-	return s.ids(ctx, "recording send outcomes", "RecordOutcomes", pgx.NamedArgs{
-		"now": now, "ids": ids, "fences": fences, "attempt_ids": attemptIDs, "states": states,
-		"outcomes": outcomes, "next_attempts": next, "errors": errs, "reasons": reasons,
+	return pgx.NamedArgs{
+		"now": now, "ids": ids, "fences": fences, "attempt_ids": attemptIDs, "states": states, "codes": codes,
+		"results": results, "outcomes": outcomes, "next_attempts": next, "errors": errs, "reasons": reasons,
 		"provider_ids": provIDs, "actor": actor,
-	})
+	}, nil
 }

@@ -320,7 +320,7 @@ func TestAttemptLifecycleAndRefusals(t *testing.T) {
 	// Retryable failure → retrying, fence kept for the retry message.
 	next := now.Add(5 * time.Second)
 	moved, err := b.st.RecordOutcomes(ctx, now, []store.Outcome{{ReminderID: id, Fence: att.Fence, AttemptID: att.AttemptID,
-		State: reminder.Retrying, AttemptOutcome: "retryable", NextAttemptAt: &next, Error: "http_503"}}, "w1")
+		Code: reminder.CodeRetry, Attempt: reminder.OutcomeRetryable, NextAttemptAt: &next, Error: "http_503"}}, "w1")
 	require.NoError(t, err)
 	require.True(t, moved[id])
 	r := b.get(t, id)
@@ -335,7 +335,7 @@ func TestAttemptLifecycleAndRefusals(t *testing.T) {
 	att2 := got[id]
 	require.Equal(t, 2, att2.Number)
 	moved, err = b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: att2.Fence,
-		AttemptID: att2.AttemptID, State: reminder.Delivered, AttemptOutcome: "delivered", ProviderID: "p-1"}}, "w2")
+		AttemptID: att2.AttemptID, Code: reminder.CodeDelivered, Attempt: reminder.OutcomeDelivered, ProviderID: "p-1"}}, "w2")
 	require.NoError(t, err)
 	require.True(t, moved[id])
 	r = b.get(t, id)
@@ -344,7 +344,7 @@ func TestAttemptLifecycleAndRefusals(t *testing.T) {
 
 	// Terminal: nothing moves it any more.
 	moved, err = b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: att2.Fence,
-		AttemptID: att2.AttemptID, State: reminder.Failed, AttemptOutcome: "permanent"}}, "w2")
+		AttemptID: att2.AttemptID, Code: reminder.CodePermanentFailure, Attempt: reminder.OutcomePermanent}}, "w2")
 	require.NoError(t, err)
 	require.Empty(t, moved)
 	b.clock.Advance(2 * time.Hour)
@@ -402,7 +402,7 @@ func TestStaleSenderCannotRecordAfterTakeover(t *testing.T) {
 	// The slow worker finally answers: its write is refused by the fence,
 	// but its attempt row still records what the provider said.
 	moved, err := b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: slow.Fence,
-		AttemptID: slow.AttemptID, State: reminder.Delivered, AttemptOutcome: "delivered", ProviderID: "p-9"}}, "slow-worker")
+		AttemptID: slow.AttemptID, Code: reminder.CodeDelivered, Attempt: reminder.OutcomeDelivered, ProviderID: "p-9"}}, "slow-worker")
 	require.NoError(t, err)
 	require.Empty(t, moved)
 	require.Equal(t, reminder.Enqueued, b.get(t, id).State)
@@ -499,17 +499,17 @@ func TestEveryTransition(t *testing.T) {
 		a, ok := got[id]
 		return a, ok
 	}
-	outcome := func(st reminder.State, kind string) step {
+	outcome := func(code reminder.Code, kind reminder.Outcome) step {
 		return func(b bundle, id int64) bool {
 			a, ok := claimAttempt(b, id)
 			require.True(t, ok)
 			var next *time.Time
-			if st == reminder.Retrying {
+			if code == reminder.CodeRetry {
 				n := b.clock.Now().Add(time.Second)
 				next = &n
 			}
 			moved, err := b.st.RecordOutcomes(ctx, b.clock.Now(), []store.Outcome{{ReminderID: id, Fence: a.Fence,
-				AttemptID: a.AttemptID, State: st, AttemptOutcome: kind, NextAttemptAt: next, Reason: string(st)}}, "w")
+				AttemptID: a.AttemptID, Code: code, Attempt: kind, NextAttemptAt: next, Reason: string(code)}}, "w")
 			require.NoError(t, err)
 			return moved[id]
 		}
@@ -526,9 +526,9 @@ func TestEveryTransition(t *testing.T) {
 	}{
 		{"enqueued→sending (message before the publish confirmation)", []step{claimDue},
 			func(b bundle, id int64) bool { _, ok := claimAttempt(b, id); return ok }, reminder.Sending},
-		{"sending→failed", []step{enqueue}, outcome(reminder.Failed, "permanent"), reminder.Failed},
-		{"sending→expired (no time for another attempt)", []step{enqueue}, outcome(reminder.Expired, "retryable"), reminder.Expired},
-		{"retrying→enqueued (retry message overdue)", []step{enqueue, outcome(reminder.Retrying, "retryable")},
+		{"sending→failed", []step{enqueue}, outcome(reminder.CodePermanentFailure, reminder.OutcomePermanent), reminder.Failed},
+		{"sending→expired (no time for another attempt)", []step{enqueue}, outcome(reminder.CodeDeadlineBeforeRetry, reminder.OutcomeRetryable), reminder.Expired},
+		{"retrying→enqueued (retry message overdue)", []step{enqueue, outcome(reminder.CodeRetry, reminder.OutcomeRetryable)},
 			func(b bundle, id int64) bool {
 				b.clock.Advance(10 * time.Minute)
 				got, err := b.st.Reclaim(ctx, b.clock.Now(), time.Minute, 10, time.Minute, "r")
@@ -541,14 +541,14 @@ func TestEveryTransition(t *testing.T) {
 				require.NoError(t, err)
 				return moved[id]
 			}, reminder.Pending},
-		{"retrying→expired (deadline while in a tier)", []step{enqueue, outcome(reminder.Retrying, "retryable")},
+		{"retrying→expired (deadline while in a tier)", []step{enqueue, outcome(reminder.CodeRetry, reminder.OutcomeRetryable)},
 			func(b bundle, id int64) bool {
 				b.clock.Advance(2 * time.Hour)
 				moved, err := b.st.ExpireFenced(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: fence(b, id)}}, "w", "late")
 				require.NoError(t, err)
 				return moved[id]
 			}, reminder.Expired},
-		{"retrying→canceled", []step{enqueue, outcome(reminder.Retrying, "retryable")},
+		{"retrying→canceled", []step{enqueue, outcome(reminder.CodeRetry, reminder.OutcomeRetryable)},
 			func(b bundle, id int64) bool {
 				st, err := intake.Cancel(ctx, b.db.Pool, "acme", "k", "app", "unsubscribed")
 				require.NoError(t, err)
@@ -725,4 +725,86 @@ func TestClaimForDeliveryClaimsAndExplains(t *testing.T) {
 	require.Equal(t, reminder.Enqueued, b.get(t, stale).State, "a stale fence claims nothing")
 	require.Equal(t, reminder.Enqueued, b.get(t, late).State, "past its deadline: not claimed")
 	require.False(t, now.Before(rows[late].Deadline), "the row says why")
+}
+
+// Whether an attempt may have reached the recipient is the worker's typed
+// outcome (delivery_attempts.result), not its error text; the text is read
+// only for attempts of a worker before schema version 9, which has none.
+func TestUnknownOutcomeIsTheAttemptsResult(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		first   reminder.Outcome
+		error   string
+		legacy  bool // the first attempt as a version-8 worker recorded it
+		unknown bool
+	}{
+		{"unknown, whatever the text", reminder.OutcomeUnknown, "connection reset", false, true},
+		{"retryable, though the text says timeout", reminder.OutcomeRetryable, "retryable send failure (timeout): x", false, false},
+		{"not sent", reminder.OutcomeNotSent, "not sent", false, false},
+		{"version 8: timeout in the text", "", "retryable send failure (timeout): x", true, true},
+		{"version 8: 503 in the text", "", "retryable send failure (http_503): x", true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			now := b.clock.Now()
+			id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+			f := b.enqueue(t, id)
+			att, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: f}}, time.Minute, "w")
+			require.NoError(t, err)
+			next := now.Add(time.Second)
+			first := tc.first
+			if tc.legacy {
+				first = reminder.OutcomeRetryable
+			}
+			_, err = b.st.RecordOutcomes(ctx, now, []store.Outcome{{ReminderID: id, Fence: att[id].Fence,
+				AttemptID: att[id].AttemptID, Code: reminder.CodeRetry, Attempt: first, NextAttemptAt: &next, Error: tc.error}}, "w")
+			require.NoError(t, err)
+			if tc.legacy {
+				_, err := b.db.Pool.Exec(ctx, `UPDATE delivery_attempts SET result = NULL WHERE id = $1`, att[id].AttemptID)
+				require.NoError(t, err)
+			}
+			again, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: att[id].Fence}}, time.Minute, "w")
+			require.NoError(t, err)
+			moved, err := b.st.RecordOutcomes(ctx, now, []store.Outcome{{ReminderID: id, Fence: again[id].Fence,
+				AttemptID: again[id].AttemptID, Code: reminder.CodeAttemptsExhausted, Attempt: reminder.OutcomeRetryable,
+				Reason: "attempts exhausted (2): http_503"}}, "w")
+			require.NoError(t, err)
+			require.True(t, moved[id])
+			r := b.get(t, id)
+			require.Equal(t, reminder.Failed, r.State)
+			want := "attempts exhausted (2): http_503"
+			if tc.unknown {
+				want += "; an earlier attempt's outcome is unknown"
+			}
+			require.Equal(t, want, r.Reason)
+			ev := b.lastEvent(t, id)
+			require.Equal(t, reminder.CodeAttemptsExhausted, ev.Code)
+		})
+	}
+}
+
+// RecordOutcomes takes the next state from the transition table: a code that
+// leads nowhere from sending is refused, and nothing is written.
+func TestRecordOutcomesRefusesACodeTheTableDoesNotAllow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	id := b.schedule(t, "k", now.Add(-time.Minute), now.Add(time.Hour))
+	f := b.enqueue(t, id)
+	att, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: f}}, time.Minute, "w")
+	require.NoError(t, err)
+	for _, o := range []store.Outcome{
+		{Code: reminder.CodeClaimed, Attempt: reminder.OutcomeDelivered},
+		{Code: reminder.CodeDelivered, Attempt: "sent-ish"},
+	} {
+		o.ReminderID, o.Fence, o.AttemptID = id, att[id].Fence, att[id].AttemptID
+		_, err := b.st.RecordOutcomes(ctx, now, []store.Outcome{o}, "w")
+		require.Error(t, err, "%+v", o)
+	}
+	require.Equal(t, reminder.Sending, b.get(t, id).State)
 }

@@ -105,7 +105,7 @@ func (s *fakeStore) RecordOutcomes(_ context.Context, _ time.Time, os []store.Ou
 	moved := map[int64]bool{}
 	for _, o := range os {
 		if r, ok := s.rows[o.ReminderID]; ok && r.State == reminder.Sending && r.Fence == o.Fence {
-			r.State, moved[o.ReminderID] = o.State, true
+			r.State, moved[o.ReminderID] = o.State(), true
 			s.outcomes = append(s.outcomes, o)
 		}
 	}

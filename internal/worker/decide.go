@@ -84,9 +84,12 @@ type verdict struct {
 	// (kindHop, kindWaitTurn), the slot (kindSend, zero: at once) or the
 	// next attempt (kindRetry).
 	at time.Time
-	// attempt is how an attempt ended, for the kinds that end one:
-	// "delivered", "retryable" or "permanent".
-	attempt string
+	// transition is the code the attempt's outcome records, for the kinds
+	// that end an attempt: the state it leads to comes from
+	// reminder.Transitions.
+	transition reminder.Code
+	// attempt is how the attempt ended, for the kinds that end one.
+	attempt reminder.Outcome
 	// err is the provider's error, or why nothing was sent.
 	err string
 }
@@ -97,7 +100,7 @@ func (v verdict) String() string {
 	if !v.at.IsZero() {
 		s += " at " + v.at.Format(time.RFC3339Nano)
 	}
-	return s + fmt.Sprintf(" reason=%q code=%q attempt=%q err=%q", v.reason, v.code, v.attempt, v.err)
+	return s + fmt.Sprintf(" reason=%q code=%q transition=%q attempt=%q err=%q", v.reason, v.code, v.transition, v.attempt, v.err)
 }
 
 // Reasons and codes shared by more than one verdict.
@@ -114,9 +117,6 @@ const (
 	codePoison          = "poison"
 	codeUnknownReminder = "unknown_reminder"
 	codePanic           = "panic"
-	attemptRetryable    = "retryable"
-	attemptPermanent    = "permanent"
-	attemptDelivered    = "delivered"
 )
 
 // onReceive decides about a delivery before its row is read: one that
@@ -237,13 +237,13 @@ func allot(g ratelimit.Grant, msgs []waiting) []verdict {
 // time: nothing was sent, and the claim counted an attempt. It comes back
 // after the first retry tier, or expires when that is at or past the deadline.
 func onSlotMissed(now, deadline time.Time, firstTier time.Duration) verdict {
-	v := verdict{attempt: attemptRetryable, err: "not sent: no rate-limit slot in time", code: "slot_missed"}
+	v := verdict{attempt: reminder.OutcomeNotSent, err: "not sent: no rate-limit slot in time", code: "slot_missed"}
 	next := now.Add(firstTier)
 	if !next.Before(deadline) {
-		v.kind, v.reason = kindExpire, reasonRateLimited
+		v.kind, v.transition, v.reason = kindExpire, reminder.CodeNoCapacity, reasonRateLimited
 		return v
 	}
-	v.kind, v.at, v.reason = kindRetry, next, "rate_limited: send slot missed; retrying"
+	v.kind, v.transition, v.at, v.reason = kindRetry, reminder.CodeRetry, next, "rate_limited: send slot missed; retrying"
 	return v
 }
 
@@ -251,7 +251,8 @@ func onSlotMissed(now, deadline time.Time, firstTier time.Duration) verdict {
 // it may: never at or after the deadline.
 func beforeSend(now, deadline time.Time) verdict {
 	if !now.Before(deadline) {
-		return verdict{kind: kindExpire, attempt: attemptRetryable, err: "not sent", reason: reasonDeadline, code: codeDeadline}
+		return verdict{kind: kindExpire, transition: reminder.CodeDeadlineBeforeSend, attempt: reminder.OutcomeNotSent,
+			err: "not sent", reason: reasonDeadline, code: codeDeadline}
 	}
 	return verdict{kind: kindSend}
 }
@@ -280,48 +281,35 @@ func (p retryPolicy) backoff(attempt int, retryAfter time.Duration, jitter float
 // come at or after the deadline.
 func onAnswer(sendErr error, attempt int, now, deadline time.Time, p retryPolicy, jitter float64) verdict {
 	if sendErr == nil {
-		return verdict{kind: kindDelivered, attempt: attemptDelivered, reason: "delivered", code: "delivered"}
+		return verdict{kind: kindDelivered, transition: reminder.CodeDelivered, attempt: reminder.OutcomeDelivered,
+			reason: "delivered", code: "delivered"}
 	}
 	pe := provider.Classify(sendErr)
-	v := verdict{code: pe.Code, err: pe.Error(), attempt: attemptRetryable}
+	v := verdict{code: pe.Code, err: pe.Error(), attempt: pe.Outcome()}
 	if pe.Kind == provider.Permanent {
-		v.kind, v.attempt, v.reason = kindFail, attemptPermanent, "permanent failure: "+pe.Code
+		v.kind, v.transition, v.reason = kindFail, reminder.CodePermanentFailure, "permanent failure: "+pe.Code
 		return v
 	}
 	if attempt >= p.maxAttempts {
-		v.kind, v.reason = kindFail, fmt.Sprintf("attempts exhausted (%d): %s", attempt, pe.Code)
+		v.kind, v.transition = kindFail, reminder.CodeAttemptsExhausted
+		v.reason = fmt.Sprintf("attempts exhausted (%d): %s", attempt, pe.Code)
 		return v
 	}
 	delay := p.topo.Tier(p.backoff(attempt, pe.RetryAfter, jitter))
 	next := now.Add(delay)
 	if !next.Before(deadline) {
-		v.kind, v.reason = kindExpire, "deadline would pass before the next attempt: "+pe.Code
+		v.kind, v.transition = kindExpire, reminder.CodeDeadlineBeforeRetry
+		v.reason = "deadline would pass before the next attempt: " + pe.Code
 		return v
 	}
-	v.kind, v.at, v.reason = kindRetry, next, fmt.Sprintf("retry %d in %s: %s", attempt, delay, pe.Code)
+	v.kind, v.transition, v.at = kindRetry, reminder.CodeRetry, next
+	v.reason = fmt.Sprintf("retry %d in %s: %s", attempt, delay, pe.Code)
 	return v
 }
 
 // onPanic is the verdict on a send that panicked (a bug in the adapter or a
 // template met this reminder): park it for an operator.
 func onPanic(p any) verdict {
-	return verdict{kind: kindQuarantine, attempt: attemptPermanent, code: codePanic,
+	return verdict{kind: kindQuarantine, transition: reminder.CodeSendPanicked, attempt: reminder.OutcomePanicked, code: codePanic,
 		err: fmt.Sprintf("panic: %v", p), reason: "quarantined: the send panicked: " + fmt.Sprint(p)}
-}
-
-// outcomeState is the reminder state an attempt's verdict records.
-func outcomeState(k kind) reminder.State {
-	switch k {
-	case kindDelivered:
-		return reminder.Delivered
-	case kindRetry:
-		return reminder.Retrying
-	case kindFail:
-		return reminder.Failed
-	case kindExpire:
-		return reminder.Expired
-	case kindQuarantine:
-		return reminder.Quarantined
-	}
-	panic(fmt.Sprintf("worker: verdict %s does not end an attempt", k))
 }

@@ -119,37 +119,37 @@ func TestDecisions(t *testing.T) {
 		// A claimed attempt that missed its slot and got none in time.
 		{"slot missed: time for a retry", onSlotMissed(t0, at(time.Hour), time.Second),
 			verdict{kind: kindRetry, at: at(time.Second), reason: "rate_limited: send slot missed; retrying", code: "slot_missed",
-				attempt: "retryable", err: "not sent: no rate-limit slot in time"}},
+				transition: reminder.CodeRetry, attempt: reminder.OutcomeNotSent, err: "not sent: no rate-limit slot in time"}},
 		{"slot missed: the retry would come at the deadline", onSlotMissed(t0, at(time.Second), time.Second),
 			verdict{kind: kindExpire, reason: "rate_limited: no capacity before the deadline", code: "slot_missed",
-				attempt: "retryable", err: "not sent: no rate-limit slot in time"}},
+				transition: reminder.CodeNoCapacity, attempt: reminder.OutcomeNotSent, err: "not sent: no rate-limit slot in time"}},
 
 		// When the provider call would start.
 		{"send: before the deadline", beforeSend(t0, at(time.Nanosecond)), verdict{kind: kindSend}},
 		{"send: at the deadline", beforeSend(t0, t0),
-			verdict{kind: kindExpire, reason: "deadline reached before the send started", code: "deadline", attempt: "retryable", err: "not sent"}},
+			verdict{kind: kindExpire, reason: "deadline reached before the send started", code: "deadline", transition: reminder.CodeDeadlineBeforeSend, attempt: reminder.OutcomeNotSent, err: "not sent"}},
 
 		// From the provider's answer, at t0.
 		{"answer: accepted", onAnswer(nil, 1, t0, at(time.Hour), policy, 0),
-			verdict{kind: kindDelivered, reason: "delivered", code: "delivered", attempt: "delivered"}},
+			verdict{kind: kindDelivered, reason: "delivered", code: "delivered", transition: reminder.CodeDelivered, attempt: reminder.OutcomeDelivered}},
 		{"answer: permanent", onAnswer(http400, 1, t0, at(time.Hour), policy, 0),
-			verdict{kind: kindFail, reason: "permanent failure: http_400", code: "http_400", attempt: "permanent", err: http400.Error()}},
+			verdict{kind: kindFail, reason: "permanent failure: http_400", code: "http_400", transition: reminder.CodePermanentFailure, attempt: reminder.OutcomePermanent, err: http400.Error()}},
 		{"answer: retryable on the last attempt", onAnswer(http503, 5, t0, at(time.Hour), policy, 0),
-			verdict{kind: kindFail, reason: "attempts exhausted (5): http_503", code: "http_503", attempt: "retryable", err: http503.Error()}},
+			verdict{kind: kindFail, reason: "attempts exhausted (5): http_503", code: "http_503", transition: reminder.CodeAttemptsExhausted, attempt: reminder.OutcomeRetryable, err: http503.Error()}},
 		{"answer: retryable, first attempt: 0.5 s rounds up to the 1 s tier", onAnswer(http503, 1, t0, at(time.Hour), policy, 0),
-			verdict{kind: kindRetry, at: at(time.Second), reason: "retry 1 in 1s: http_503", code: "http_503", attempt: "retryable", err: http503.Error()}},
+			verdict{kind: kindRetry, at: at(time.Second), reason: "retry 1 in 1s: http_503", code: "http_503", transition: reminder.CodeRetry, attempt: reminder.OutcomeRetryable, err: http503.Error()}},
 		{"answer: retryable, third attempt, mid jitter: 3 s rounds up to 5 s", onAnswer(http503, 3, t0, at(time.Hour), policy, 0.5),
-			verdict{kind: kindRetry, at: at(5 * time.Second), reason: "retry 3 in 5s: http_503", code: "http_503", attempt: "retryable", err: http503.Error()}},
+			verdict{kind: kindRetry, at: at(5 * time.Second), reason: "retry 3 in 5s: http_503", code: "http_503", transition: reminder.CodeRetry, attempt: reminder.OutcomeRetryable, err: http503.Error()}},
 		{"answer: Retry-After longer than the backoff wins", onAnswer(http429, 1, t0, at(time.Hour), policy, 0),
-			verdict{kind: kindRetry, at: at(30 * time.Second), reason: "retry 1 in 30s: http_429", code: "http_429", attempt: "retryable", err: http429.Error()}},
+			verdict{kind: kindRetry, at: at(30 * time.Second), reason: "retry 1 in 30s: http_429", code: "http_429", transition: reminder.CodeRetry, attempt: reminder.OutcomeRetryable, err: http429.Error()}},
 		{"answer: the retry would come at the deadline", onAnswer(http503, 1, t0, at(time.Second), policy, 0),
-			verdict{kind: kindExpire, reason: "deadline would pass before the next attempt: http_503", code: "http_503", attempt: "retryable", err: http503.Error()}},
+			verdict{kind: kindExpire, reason: "deadline would pass before the next attempt: http_503", code: "http_503", transition: reminder.CodeDeadlineBeforeRetry, attempt: reminder.OutcomeRetryable, err: http503.Error()}},
 		{"answer: an unclassified error is retryable", onAnswer(errors.New("connection reset"), 1, t0, at(time.Hour), policy, 0),
-			verdict{kind: kindRetry, at: at(time.Second), reason: "retry 1 in 1s: unknown", code: "unknown", attempt: "retryable",
+			verdict{kind: kindRetry, at: at(time.Second), reason: "retry 1 in 1s: unknown", code: "unknown", transition: reminder.CodeRetry, attempt: reminder.OutcomeUnknown,
 				err: provider.Classify(errors.New("connection reset")).Error()}},
 		{"answer: the adapter panicked", onPanic("index out of range"),
 			verdict{kind: kindQuarantine, reason: "quarantined: the send panicked: index out of range", code: "panic",
-				attempt: "permanent", err: "panic: index out of range"}},
+				transition: reminder.CodeSendPanicked, attempt: reminder.OutcomePanicked, err: "panic: index out of range"}},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s:\n got  %v\n want %v", tc.name, tc.got, tc.want)
@@ -186,9 +186,31 @@ func TestEveryVerdictKindIsDecided(t *testing.T) {
 			t.Errorf("no decision returns %s", k)
 		}
 	}
-	for _, k := range []kind{kindDelivered, kindRetry, kindFail, kindExpire, kindQuarantine} {
-		if outcomeState(k) == "" {
-			t.Errorf("%s records no state", k)
+}
+
+// Every verdict that ends an attempt names a transition the table allows
+// from sending, to the state its kind means, and says how the attempt ended.
+func TestAttemptVerdictsFollowTheTransitionTable(t *testing.T) {
+	t.Parallel()
+	want := map[kind]reminder.State{kindDelivered: reminder.Delivered, kindRetry: reminder.Retrying,
+		kindFail: reminder.Failed, kindExpire: reminder.Expired, kindQuarantine: reminder.Quarantined}
+	for _, v := range []verdict{
+		onSlotMissed(t0, at(time.Hour), time.Second),
+		onSlotMissed(t0, at(time.Millisecond), time.Second),
+		beforeSend(t0, t0),
+		onAnswer(nil, 1, t0, at(time.Hour), policy, 0),
+		onAnswer(http503, 1, t0, at(time.Hour), policy, 0),
+		onAnswer(http503, 5, t0, at(time.Hour), policy, 0),
+		onAnswer(http503, 1, t0, at(time.Millisecond), policy, 0),
+		onAnswer(http400, 1, t0, at(time.Hour), policy, 0),
+		onPanic("boom"),
+	} {
+		got, err := reminder.Target(reminder.Worker, v.transition, reminder.Sending)
+		if err != nil || got != want[v.kind] {
+			t.Errorf("%s: transition %q from sending: got %q (%v), want %q", v, v.transition, got, err, want[v.kind])
+		}
+		if v.attempt == "" {
+			t.Errorf("%s: no attempt outcome", v)
 		}
 	}
 }
@@ -231,16 +253,6 @@ func TestServiceOrder(t *testing.T) {
 			t.Fatalf("serviceOrder = %v, want %v: waited first, earliest turn first, then new in arrival order", got, want)
 		}
 	}
-}
-
-func TestOutcomeStatePanicsOnAVerdictThatEndsNoAttempt(t *testing.T) {
-	t.Parallel()
-	defer func() {
-		if recover() == nil {
-			t.Error("outcomeState(kindClaim) did not panic")
-		}
-	}()
-	outcomeState(kindClaim)
 }
 
 // The delivery count is the broker's: a header on a delivery the broker

@@ -75,15 +75,15 @@ func (w *Worker) settleRecorded(ctx context.Context, sending []*item, moved map[
 			it.settled = toAck
 			continue
 		}
-		w.with(w.log.Debug(), it).Str("state", string(it.out.State)).Str("reason", it.out.Reason).Msg("attempt recorded")
-		switch it.out.State {
+		w.with(w.log.Debug(), it).Str("state", string(it.out.State())).Str("reason", it.out.Reason).Msg("attempt recorded")
+		switch it.out.State() {
 		case reminder.Delivered, reminder.Failed, reminder.Expired:
-			w.m.Outcome(ch, string(it.out.State), it.code)
+			w.m.Outcome(ch, string(it.out.State()), it.code)
 			w.m.HopBetween(metrics.HopStartToTerminal, ch, it.claimedAt, recorded)
 		case reminder.Retrying:
 			w.m.Retry(ch, it.code)
 		}
-		switch it.out.State {
+		switch it.out.State() {
 		case reminder.Delivered:
 			w.counts.delivered.Add(1)
 			it.settled = toAck
@@ -136,7 +136,7 @@ func (w *Worker) send(ctx context.Context, it *item) {
 func (w *Worker) decided(it *item, v verdict, providerID string) {
 	it.out = store.Outcome{
 		ReminderID: it.row.ID, Fence: it.att.Fence, AttemptID: it.att.AttemptID,
-		State: outcomeState(v.kind), AttemptOutcome: v.attempt, Error: v.err, Reason: v.reason, ProviderID: providerID,
+		Code: v.transition, Attempt: v.attempt, Error: v.err, Reason: v.reason, ProviderID: providerID,
 	}
 	if v.kind == kindRetry {
 		at := v.at

@@ -100,7 +100,7 @@ func TestSendGivesUpWithoutSendingWhenNoSlotComes(t *testing.T) {
 		it := &item{row: store.Delivery{ID: 1, Tenant: "acme", Deadline: fc.Now().Add(tc.deadline)},
 			att: store.Attempt{ReminderID: 1, Fence: 2, Number: 1, AttemptID: 7}, sendAt: fc.Now().Add(-time.Second)}
 		w.send(ctx, it) // on a fake clock nobody moves: it gives up without waiting
-		require.Equal(t, tc.want, it.out.State, it.out.Reason)
+		require.Equal(t, tc.want, it.out.State(), it.out.Reason)
 		require.Contains(t, it.out.Reason, "rate_limited")
 		require.Zero(t, sender.calls.Load(), "nothing reached the provider")
 	}

@@ -13,6 +13,7 @@ package intake
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,8 +23,16 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nudgehq/nudge/internal/pg"
+	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = sqlfile.Parse("queries.sql", queriesSQL)
+
+func query(name string) string { return queries.Get(name) }
 
 // Querier is what every function here runs its statements on: pgx.Tx (to
 // schedule inside the application's own transaction), *pgx.Conn and
@@ -113,58 +122,6 @@ type Outcome struct {
 	Err error
 }
 
-// scheduleManySQL schedules a whole batch in one statement, set-based: the
-// same validation (nudge_invalid) and the same idempotency rule as
-// nudge_try_schedule, which a web tier calls for one reminder. Within a
-// batch the first valid occurrence of a key is the one created; later ones
-// are compared with it.
-const scheduleManySQL = `
-WITH raw AS MATERIALIZED (
-    -- Materialized so data is parsed once and nudge_invalid, taking plain
-    -- columns, is inlined into the statement.
-    SELECT u.tenant, u.key, u.channel, u.recipient, u.template, u.data::jsonb AS data,
-           u.due_at, u.deadline, u.ord
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                  $7::timestamptz[], $8::timestamptz[])
-           WITH ORDINALITY AS u(tenant, key, channel, recipient, template, data, due_at, deadline, ord)
-), input AS (
-    SELECT raw.*, nudge_invalid(tenant, key, channel, recipient, template, data, due_at, deadline) AS invalid
-      FROM raw
-), ranked AS (
-    SELECT input.*, min(ord) FILTER (WHERE invalid IS NULL) OVER (PARTITION BY tenant, key) AS first_ord
-      FROM input
-), ins AS (
-    INSERT INTO reminders AS t (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key)
-    SELECT tenant, key, channel, recipient, template, data, due_at, deadline, nudge_idempotency_key(tenant, key)
-      FROM ranked
-     WHERE invalid IS NULL AND ord = first_ord
-     ORDER BY ord
-        ON CONFLICT ON CONSTRAINT reminders_logical_key DO NOTHING
-    RETURNING t.id, t.tenant, t.key, t.channel, t.recipient, t.template, t.data, t.due_at, t.deadline
-), events AS (
-    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
-    SELECT id, NULL, 'pending', 0, $9, 'scheduled', now() FROM ins
-)
-SELECT coalesce(n.id, o.id),
-       CASE
-           WHEN i.invalid IS NOT NULL THEN 'invalid'
-           WHEN n.id IS NOT NULL AND i.ord = i.first_ord THEN 'created'
-           WHEN n.id IS NULL AND o.id IS NULL THEN 'concurrent'
-           WHEN (i.channel, i.recipient, i.template, i.data, i.due_at, i.deadline)
-                IS NOT DISTINCT FROM
-                (coalesce(n.channel, o.channel), coalesce(n.recipient, o.recipient),
-                 coalesce(n.template, o.template), coalesce(n.data, o.data),
-                 coalesce(n.due_at, o.due_at), coalesce(n.deadline, o.deadline)) THEN 'exists'
-           ELSE 'conflict'
-       END,
-       i.invalid[1], i.invalid[2]
-  FROM ranked i
-  LEFT JOIN ins n ON i.invalid IS NULL AND n.tenant = i.tenant AND n.key = i.key
-  LEFT JOIN LATERAL (SELECT * FROM reminders r
-                      WHERE i.invalid IS NULL AND n.id IS NULL AND r.tenant = i.tenant AND r.key = i.key
-                     OFFSET 0) o ON true
- ORDER BY i.ord`
-
 // ScheduleMany records many reminders in one round trip and returns one
 // Outcome per request, in order. Invalid or conflicting requests do not stop
 // the others; the returned error is only for a failure of the statement itself.
@@ -198,7 +155,7 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		}
 		datas[i] = &data
 	}
-	rows, err := q.Query(ctx, scheduleManySQL, tenants, keys, channels, recipients, templates, datas,
+	rows, err := q.Query(ctx, query("ScheduleMany"), tenants, keys, channels, recipients, templates, datas,
 		dues, deadlines, actor)
 	if err != nil {
 		return nil, fmt.Errorf("scheduling %d reminders: %w", n, err)
@@ -280,7 +237,7 @@ func deref(s *string) string {
 // state it had already reached, or Sending when it is too late to stop.
 func Cancel(ctx context.Context, q Querier, tenant, key, actor, reason string) (reminder.State, error) {
 	var st *string
-	if err := q.QueryRow(ctx, `SELECT nudge_cancel($1, $2, $3, $4)`, tenant, key, actor, reason).Scan(&st); err != nil {
+	if err := q.QueryRow(ctx, query("Cancel"), tenant, key, actor, reason).Scan(&st); err != nil {
 		return "", fmt.Errorf("canceling %s/%s: %w", tenant, key, err)
 	}
 	if st == nil {
@@ -296,7 +253,7 @@ func Cancel(ctx context.Context, q Querier, tenant, key, actor, reason string) (
 // Sending. Invalid times are a *ValidationError.
 func Reschedule(ctx context.Context, q Querier, tenant, key string, dueAt, deadline time.Time, actor, reason string) (reminder.State, error) {
 	var st *string
-	err := q.QueryRow(ctx, `SELECT nudge_reschedule($1, $2, $3, $4, $5, $6)`, tenant, key, dueAt, deadline, actor, reason).Scan(&st)
+	err := q.QueryRow(ctx, query("Reschedule"), tenant, key, dueAt, deadline, actor, reason).Scan(&st)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "22023" {
 		field, reason, _ := strings.Cut(strings.TrimPrefix(pgErr.Message, "nudge: field "), " ")

@@ -50,14 +50,14 @@ func GetByKey(ctx context.Context, q Querier, tenant, key string) (reminder.Remi
 
 // Events returns the reminder's state transitions, oldest first.
 func Events(ctx context.Context, q Querier, id int64) ([]reminder.Event, error) {
-	rows, err := q.Query(ctx, `SELECT id, coalesce(from_state, ''), to_state, fence, actor, reason, at
+	rows, err := q.Query(ctx, `SELECT id, coalesce(from_state, ''), to_state, fence, actor, coalesce(code, ''), reason, at
 		FROM reminder_events WHERE reminder_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading events of reminder %d: %w", id, err)
 	}
 	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reminder.Event, error) {
 		var e reminder.Event
-		err := row.Scan(&e.ID, &e.From, &e.To, &e.Fence, &e.Actor, &e.Reason, &e.At)
+		err := row.Scan(&e.ID, &e.From, &e.To, &e.Fence, &e.Actor, &e.Code, &e.Reason, &e.At)
 		return e, err
 	})
 	if err != nil {

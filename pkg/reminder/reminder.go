@@ -1,7 +1,10 @@
 // Package reminder is Nudge's shared vocabulary: the states a reminder moves
-// through, the channels it is sent on, and the row that records it. Programs
-// that write intent (pkg/intake) and the binaries that work it agree on these
-// values; the database enforces the same set with CHECK constraints.
+// through and the transitions allowed between them (Transitions, with who may
+// take each and its reason code), the outcomes of send attempts, the channels
+// a reminder is sent on, and the row that records it. Programs that write
+// intent (pkg/intake) and the binaries that work it agree on these values;
+// the database enforces the same states with CHECK constraints, and a test
+// runs every statement that writes reminders against the transition table.
 package reminder
 
 import (
@@ -9,7 +12,8 @@ import (
 	"time"
 )
 
-// State is where a reminder stands. Terminal states never change again.
+// State is where a reminder stands. Terminal states never change again,
+// but for an operator's replay of a failed reminder.
 type State string
 
 // The lifecycle: pending → enqueued (a dispatcher claimed it under a dispatch
@@ -21,7 +25,8 @@ type State string
 // A message that keeps failing (it crashes or panics its consumer) is
 // quarantined: its message waits in the dead-letter queue for an operator to
 // replay or expire it. Any open state can end as expired (deadline reached)
-// and every state but sending can end as canceled.
+// and every open state but sending can end as canceled. Transitions lists
+// every allowed move.
 const (
 	Pending  State = "pending"
 	Leased   State = "leased"
@@ -39,7 +44,7 @@ const (
 // States lists every state in lifecycle order.
 var States = []State{Pending, Leased, Enqueued, Sending, Retrying, Quarantined, Delivered, Failed, Expired, Canceled}
 
-// Terminal reports whether s is final.
+// Terminal reports whether s is final: the reminder's outcome is decided.
 func (s State) Terminal() bool {
 	switch s {
 	case Delivered, Failed, Expired, Canceled:
@@ -90,11 +95,14 @@ type Reminder struct {
 
 // Event is one recorded state transition.
 type Event struct {
-	ID     int64     `json:"id"`
-	From   State     `json:"from,omitempty"`
-	To     State     `json:"to"`
-	Fence  int64     `json:"fence"`
-	Actor  string    `json:"actor"`
+	ID    int64  `json:"id"`
+	From  State  `json:"from,omitempty"`
+	To    State  `json:"to"`
+	Fence int64  `json:"fence"`
+	Actor string `json:"actor"`
+	// Code is the machine-readable reason (empty on events written before
+	// schema version 9).
+	Code   Code      `json:"code,omitempty"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
 }

@@ -1,0 +1,60 @@
+-- The statements pkg/intake runs. Each one that writes reminders makes only
+-- the transitions pkg/reminder's table lists (schema/transitions_test.go runs
+-- them from every state).
+
+-- name: ScheduleMany
+-- Schedules a whole batch in one statement, set-based: the same validation
+-- (nudge_invalid) and the same idempotency rule as nudge_try_schedule, which
+-- a web tier calls for one reminder. Within a batch the first valid
+-- occurrence of a key is the one created; later ones are compared with it.
+WITH raw AS MATERIALIZED (
+    -- Materialized so data is parsed once and nudge_invalid, taking plain
+    -- columns, is inlined into the statement.
+    SELECT u.tenant, u.key, u.channel, u.recipient, u.template, u.data::jsonb AS data,
+           u.due_at, u.deadline, u.ord
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                  $7::timestamptz[], $8::timestamptz[])
+           WITH ORDINALITY AS u(tenant, key, channel, recipient, template, data, due_at, deadline, ord)
+), input AS (
+    SELECT raw.*, nudge_invalid(tenant, key, channel, recipient, template, data, due_at, deadline) AS invalid
+      FROM raw
+), ranked AS (
+    SELECT input.*, min(ord) FILTER (WHERE invalid IS NULL) OVER (PARTITION BY tenant, key) AS first_ord
+      FROM input
+), ins AS (
+    INSERT INTO reminders AS t (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key)
+    SELECT tenant, key, channel, recipient, template, data, due_at, deadline, nudge_idempotency_key(tenant, key)
+      FROM ranked
+     WHERE invalid IS NULL AND ord = first_ord
+     ORDER BY ord
+        ON CONFLICT ON CONSTRAINT reminders_logical_key DO NOTHING
+    RETURNING t.id, t.tenant, t.key, t.channel, t.recipient, t.template, t.data, t.due_at, t.deadline
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, NULL, 'pending', 0, $9, 'scheduled', 'scheduled', now() FROM ins
+)
+SELECT coalesce(n.id, o.id),
+       CASE
+           WHEN i.invalid IS NOT NULL THEN 'invalid'
+           WHEN n.id IS NOT NULL AND i.ord = i.first_ord THEN 'created'
+           WHEN n.id IS NULL AND o.id IS NULL THEN 'concurrent'
+           WHEN (i.channel, i.recipient, i.template, i.data, i.due_at, i.deadline)
+                IS NOT DISTINCT FROM
+                (coalesce(n.channel, o.channel), coalesce(n.recipient, o.recipient),
+                 coalesce(n.template, o.template), coalesce(n.data, o.data),
+                 coalesce(n.due_at, o.due_at), coalesce(n.deadline, o.deadline)) THEN 'exists'
+           ELSE 'conflict'
+       END,
+       i.invalid[1], i.invalid[2]
+  FROM ranked i
+  LEFT JOIN ins n ON i.invalid IS NULL AND n.tenant = i.tenant AND n.key = i.key
+  LEFT JOIN LATERAL (SELECT * FROM reminders r
+                      WHERE i.invalid IS NULL AND n.id IS NULL AND r.tenant = i.tenant AND r.key = i.key
+                     OFFSET 0) o ON true
+ ORDER BY i.ord;
+
+-- name: Cancel
+SELECT nudge_cancel($1, $2, $3, $4);
+
+-- name: Reschedule
+SELECT nudge_reschedule($1, $2, $3, $4, $5, $6);
