@@ -73,7 +73,7 @@ func main() {
 	f.DurationVar(&cfg.Lease, "lease", 2*time.Minute, "lease held while republishing")
 	f.DurationVar(&every, "every", 10*time.Second, "time between passes")
 	f.BoolVar(&once, "once", false, "run one pass and exit")
-	f.StringVar(&listen, "listen", ":8080", "address for /healthz, /readyz and /metrics (empty: none)")
+	f.StringVar(&listen, "listen", config.DefaultProbeListen, "address for /healthz, /readyz and /metrics (empty: none)")
 	f.DurationVar(&clean, "retention-every", 10*time.Minute, "time between retention passes")
 	retention.RegisterFlags(f, &rcfg)
 	config.Execute(cmd)

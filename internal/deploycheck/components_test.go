@@ -59,7 +59,7 @@ func selects(sel obj, labels obj) bool {
 // port families: the ports a URL flag may legitimately point at.
 var portFamilies = map[string][]int{
 	"database-url": {5432},
-	"amqp-url":     {5671, 5672},
+	"amqp-url":     {5671}, // AMQPS only (issue 13)
 	"smtp-url":     {25, 465, 587},
 	"sms-url":      {80, 443},
 }
@@ -164,6 +164,9 @@ func checkNetworkPolicies(objects []manifest, workloads []workload) []error {
 					ps := rulePorts(rule)
 					if len(ps) == 0 {
 						fail(np.where(), "an egress rule without ports allows every port")
+					}
+					if len(list(rule, "to")) == 0 {
+						fail(np.where(), "an egress rule without to allows every address")
 					}
 					for _, p := range ps {
 						allowedOut[p] = np.where()
@@ -636,8 +639,13 @@ func TestNetworkPolicyCheckerCatches(t *testing.T) {
 			want: "dispatcher serves nothing"},
 		{name: "no default deny", file: "networkpolicy.yaml", old: `  policyTypes: ["Ingress", "Egress"]`, new: `  policyTypes: ["Egress"]`,
 			want: "no NetworkPolicy denies by default"},
-		{name: "egress without ports", file: "networkpolicy.yaml", old: "    - ports:\n        - protocol: TCP\n          port: 443\n", new: "    - to:\n        - ipBlock:\n            cidr: 0.0.0.0/0\n",
+		{name: "egress without ports", file: "networkpolicy.yaml", old: "      ports:\n        - protocol: TCP\n          port: 443\n", new: "",
 			want: "an egress rule without ports allows every port"},
+		// Issue 13, finding 9: plain AMQP and any address by port.
+		{name: "plain AMQP", file: "networkpolicy.yaml", old: "          port: 5671\n", new: "          port: 5671\n        - protocol: TCP\n          port: 5672\n",
+			want: "allows egress to TCP 5672, which"},
+		{name: "egress to any address", file: "networkpolicy.yaml", old: "    - to:\n        - ipBlock:\n            cidr: 192.0.2.40/32 # CHANGE-ME: the SMS provider's published ranges\n      ports:", new: "    - ports:",
+			want: "an egress rule without to allows every address"},
 		{name: "unbounded pool", file: "secret.example.yaml", old: "verify-full&pool_max_conns=4\n  NUDGE_AMQP_URL: amqps://nudge-reconciler", new: "verify-full\n  NUDGE_AMQP_URL: amqps://nudge-reconciler",
 			want: "reconciler: --database-url (from NUDGE_DATABASE_URL) must set pool_max_conns"},
 		{name: "pool below concurrency", file: "secret.example.yaml", old: "sms_worker:CHANGE-ME@postgres.example.internal:5432/nudge?sslmode=verify-full&pool_max_conns=6", new: "sms_worker:CHANGE-ME@postgres.example.internal:5432/nudge?sslmode=verify-full&pool_max_conns=2",

@@ -1611,7 +1611,7 @@ func TestBinariesHelpIsUnderstood(t *testing.T) {
 		{"dispatcher", "budget", "NUDGE_BUDGET", "4m0s"},
 		{"dispatcher", "every", "NUDGE_EVERY", ""},
 		{"email-worker", "grace", "NUDGE_GRACE", "25s"},
-		{"sms-worker", "listen", "NUDGE_LISTEN", ":8080"},
+		{"sms-worker", "listen", "NUDGE_LISTEN", "127.0.0.1:8080"},
 		{"fake-sms", "listen", "NUDGE_FAKE_SMS_LISTEN", "127.0.0.1:9025"},
 	} {
 		f := cs[c.bin].flags[c.flag]
@@ -1753,7 +1753,7 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{name: "declarer has no broker", old: "      NUDGE_AMQP_URL: amqp://nudge:nudge@rabbitmq:5672/\n    depends_on:\n      postgres:", new: "    depends_on:\n      postgres:",
 			want: "--amqp-url (from default) points at \"127.0.0.1\", which is not a service"},
 		{name: "bad duration", old: `"--every", "5s"`, new: `"--every", "5 seconds"`, want: `--every (from --every) = "5 seconds"`},
-		{name: "bad signing key", old: "dev:change-me-0123456789abcdef", new: "dev:short", want: "secret must be at least"},
+		{name: "bad signing key", old: "dev:compose-dev-signing-key-0123456789abcdef", new: "dev:short", want: "secret must be at least"},
 		{name: "bad SMTP URL", old: "smtp://mailpit:1025?tls=none", new: "smtp://mailpit:1025?tls=nope", want: "--smtp-url"},
 		{name: "URL to no service", old: "http://fake-sms:9025", new: "http://localhost:9025", want: `points at "localhost", which is not a service`},
 		{name: "URL to the wrong port", old: "http://fake-sms:9025", new: "http://fake-sms:9026", want: "points at port 9026, but fake-sms listens on 0.0.0.0:9025"},
@@ -1763,7 +1763,7 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{name: "migrate restarts", old: `restart: "no"`, new: `restart: on-failure`, want: `restart: "no"`},
 		{name: "short stop grace", old: "stop_grace_period: 30s", new: "stop_grace_period: 20s", want: "stop_grace_period 20s must exceed --grace 25s"},
 		{name: "send outlives the drain", old: `["email-worker", "--send-timeout", "20s"]`, new: `["email-worker"]`, want: "--send-timeout 30s (from default) must be below --grace 25s (from default)"},
-		{name: "missing required flag", old: "  NUDGE_SIGNING_KEYS: dev:change-me-0123456789abcdef\n", new: "\n", want: "--signing-keys is required"},
+		{name: "missing required flag", old: "  NUDGE_SIGNING_KEYS: dev:compose-dev-signing-key-0123456789abcdef\n", new: "\n", want: "--signing-keys is required"},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			wantError(t, checkCompose(broken(t, src, b), cs), b.want)

@@ -29,6 +29,7 @@ import (
 	"github.com/wneessen/go-mail/smtp"
 
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/redact"
 )
 
 // TLSMode says how the connection to the SMTP server is encrypted.
@@ -36,12 +37,11 @@ type TLSMode string
 
 const (
 	// TLSOpportunistic upgrades with STARTTLS if the server offers it and
-	// continues in plain text if it does not. It is the default because it is
-	// what most relays on port 25 and 587 expect; use TLSStartTLS when a
-	// downgrade must be refused.
+	// continues in plain text if it does not, so anyone on the path can
+	// downgrade it. Only by explicit choice (tls=starttls-opportunistic).
 	TLSOpportunistic TLSMode = "starttls-opportunistic"
 	// TLSStartTLS requires STARTTLS; a server that does not offer it fails the
-	// connection.
+	// connection. The default for smtp://.
 	TLSStartTLS TLSMode = "starttls"
 	// TLSImplicit speaks TLS from the first byte (SMTPS, usually port 465).
 	TLSImplicit TLSMode = "tls"
@@ -59,7 +59,7 @@ type Config struct {
 	// Username and Password authenticate with SMTP AUTH. An empty Username
 	// means no authentication.
 	Username, Password string
-	// TLS is the encryption mode. Zero ("") means TLSOpportunistic.
+	// TLS is the encryption mode. Zero ("") means TLSStartTLS.
 	TLS TLSMode
 	// Auth is the SMTP AUTH mechanism: "plain", "login" or "cram-md5". Zero
 	// ("") means "plain" when Username is set. PLAIN and LOGIN are refused
@@ -74,7 +74,9 @@ type Config struct {
 	// Timeout bounds dialing and each SMTP command. Zero means 15 seconds.
 	Timeout time.Duration
 	// InsecureSkipVerify disables verification of the server's certificate.
-	// False (verify) unless the relay uses a self-signed certificate in a test.
+	// False (verify) unless the relay uses a self-signed certificate in a
+	// test; the binaries refuse it for a relay that is not on loopback unless
+	// started with --allow-insecure-tls (internal/config).
 	InsecureSkipVerify bool
 	// PoolSize is the most SMTP connections open at once; further concurrent
 	// sends wait for a free connection. Zero means 4.
@@ -109,21 +111,23 @@ const (
 //	smtp://[user:pass@]host[:port][?tls=none|starttls|starttls-opportunistic|tls&from=...&auth=plain|login|cram-md5&insecure=1]
 //	smtps://[user:pass@]host[:port][?...]
 //
-// smtp:// defaults to port 25 and tls=starttls-opportunistic (STARTTLS if the
-// server offers it, plain text otherwise); smtps:// means implicit TLS and
-// defaults to port 465. User and password are URL-decoded. Further query
+// smtp:// defaults to port 25 and tls=starttls (STARTTLS required; plain text
+// is refused); smtps:// means implicit TLS and defaults to port 465. User and password are URL-decoded. Further query
 // parameters: domain (MessageIDDomain), timeout (a Go duration such as "10s")
 // and pool (PoolSize). Unknown parameters are an error, so a typo does not
 // silently fall back to a default.
 func ParseSMTPURL(raw string) (Config, error) {
 	var cfg Config
-	u, err := url.Parse(raw)
+	// redact.Parse reports errors with the password hidden, and refuses a
+	// URL where an unencoded reserved character in the password would put
+	// part of it in the path or the query (and so in the errors below).
+	u, err := redact.Parse(raw)
 	if err != nil {
-		return cfg, fmt.Errorf("parsing SMTP URL: %w", redactURLError(err))
+		return cfg, fmt.Errorf("parsing SMTP URL: %w", err)
 	}
 	switch u.Scheme {
 	case "smtp":
-		cfg.TLS = TLSOpportunistic
+		cfg.TLS = TLSStartTLS
 	case "smtps":
 		cfg.TLS = TLSImplicit
 	default:
@@ -225,15 +229,6 @@ func ParseSMTPURL(raw string) (Config, error) {
 	return cfg, nil
 }
 
-// redactURLError drops the URL (which may hold a password) from a url.Error.
-func redactURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
 // Validate reports the first problem with cfg, after defaults are applied.
 func (cfg Config) Validate() error {
 	cfg = cfg.withDefaults()
@@ -275,7 +270,7 @@ func (cfg Config) Validate() error {
 
 // withDefaults fills zero fields with their documented defaults.
 func (cfg Config) withDefaults() Config {
-	cfg.TLS = cmp.Or(cfg.TLS, TLSOpportunistic)
+	cfg.TLS = cmp.Or(cfg.TLS, TLSStartTLS)
 	if cfg.Port == 0 {
 		cfg.Port = DefaultPort
 		if cfg.TLS == TLSImplicit {

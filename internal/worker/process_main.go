@@ -32,7 +32,7 @@ func (p *Process) RegisterFlags(fs *pflag.FlagSet) {
 	p.Common.RegisterDB(fs)
 	p.Common.RegisterBroker(fs)
 	RegisterFlags(fs, &p.Config)
-	fs.StringVar(&p.Listen, "listen", ":8080", "address for /healthz, /readyz and /metrics (empty: none)")
+	fs.StringVar(&p.Listen, "listen", config.DefaultProbeListen, "address for /healthz, /readyz and /metrics (empty: none)")
 	fs.StringVar(&p.Limits, "limits", "", "fleet-wide rate limits file (JSON, docs/rate-limits.md; empty: none)")
 }
 
