@@ -14,12 +14,14 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/mail"
 	"net/textproto"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +80,9 @@ type Config struct {
 	// test; the binaries refuse it for a relay that is not on loopback unless
 	// started with --allow-insecure-tls (internal/config).
 	InsecureSkipVerify bool
+	// CAFile is a PEM file of the certificate authorities the relay's
+	// certificate must chain to. Zero ("") means the system's roots.
+	CAFile string
 	// PoolSize is the most SMTP connections open at once; further concurrent
 	// sends wait for a free connection. Zero means 4.
 	PoolSize int
@@ -108,7 +113,7 @@ const (
 
 // ParseSMTPURL parses
 //
-//	smtp://[user:pass@]host[:port][?tls=none|starttls|starttls-opportunistic|tls&from=...&auth=plain|login|cram-md5&insecure=1]
+//	smtp://[user:pass@]host[:port][?tls=none|starttls|starttls-opportunistic|tls&from=...&auth=plain|login|cram-md5&ca=FILE&insecure=1]
 //	smtps://[user:pass@]host[:port][?...]
 //
 // smtp:// defaults to port 25 and tls=starttls (STARTTLS required; plain text
@@ -202,6 +207,11 @@ func ParseSMTPURL(raw string) (Config, error) {
 				return cfg, fmt.Errorf("parsing SMTP URL: insecure=%q: want 1, 0, true or false", v)
 			}
 			cfg.InsecureSkipVerify = b
+		case "ca":
+			if v == "" {
+				return cfg, errors.New("parsing SMTP URL: ca= needs a file name")
+			}
+			cfg.CAFile = v
 		case "domain":
 			if !isDotAtom(v) {
 				return cfg, fmt.Errorf("parsing SMTP URL: domain=%q: not a valid Message-ID domain", v)
@@ -341,6 +351,16 @@ func New(cfg Config, tmpl *Templates) (*Sender, error) {
 			MinVersion:         tls.VersionTLS12,
 			InsecureSkipVerify: cfg.InsecureSkipVerify, //nolint:gosec // operator's explicit choice
 		},
+	}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("creating email sender: reading the CA file: %w", err)
+		}
+		s.tls.RootCAs = x509.NewCertPool()
+		if !s.tls.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("creating email sender: %s holds no PEM certificate", cfg.CAFile)
+		}
 	}
 	policy := gomail.NoTLS // TLSNone, and TLSImplicit where the dialer does TLS
 	switch cfg.TLS {

@@ -508,6 +508,7 @@ func TestParseSMTPURL(t *testing.T) {
 				InsecureSkipVerify: true, MessageIDDomain: "ids.example.com", Timeout: 5 * time.Second, PoolSize: 8,
 			},
 		},
+		{url: "smtps://h?ca=/etc/nudge/ca.pem", want: email.Config{Host: "h", Port: 465, TLS: email.TLSImplicit, CAFile: "/etc/nudge/ca.pem"}},
 		{url: "smtp://u:p@h?auth=cram-md5", want: email.Config{Host: "h", Port: 25, TLS: email.TLSStartTLS, Username: "u", Password: "p", Auth: "cram-md5"}},
 
 		{url: "http://mail.example.com", wantErr: `scheme "http"`},
@@ -525,6 +526,7 @@ func TestParseSMTPURL(t *testing.T) {
 		{url: "smtp://u:p@h?auth=xoauth2", wantErr: `auth="xoauth2"`},
 		{url: "smtp://h?auth=plain", wantErr: "needs user:pass@"},
 		{url: "smtp://h?insecure=maybe", wantErr: `insecure="maybe"`},
+		{url: "smtp://h?ca=", wantErr: "ca= needs a file name"},
 		{url: "smtp://h?timeout=-1s", wantErr: `timeout="-1s"`},
 		{url: "smtp://h?pool=0", wantErr: `pool="0"`},
 		{url: "smtp://h?domain=a..b", wantErr: `domain="a..b"`},
