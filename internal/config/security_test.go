@@ -3,6 +3,7 @@ package config_test
 import (
 	"bytes"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -177,4 +178,13 @@ func TestBindEnvChecksURLs(t *testing.T) {
 	require.ErrorContains(t, err, "--amqp-url")
 	require.NotContains(t, err.Error(), "Qj")
 	require.NotContains(t, err.Error(), "Kx")
+}
+
+// Issue 13, finding 9: probes listened on every interface by default.
+func TestDefaultProbeListenIsLoopback(t *testing.T) {
+	t.Parallel()
+	host, port, err := net.SplitHostPort(config.DefaultProbeListen)
+	require.NoError(t, err)
+	require.True(t, config.IsLocal(host), config.DefaultProbeListen)
+	require.Equal(t, "8080", port, "the port the manifests and docs name")
 }
