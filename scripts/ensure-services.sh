@@ -81,6 +81,19 @@ if command -v rabbitmqctl >/dev/null; then
   [ "$leaked" = 0 ] || log "removed $leaked leftover test queues from RabbitMQ"
 fi
 
+# The TLS tests (internal/tlstest) start servers of their own beside these:
+# a PostgreSQL cluster (initdb, pg_ctl) and a RabbitMQ node with the EXTERNAL
+# mechanism plugin. A distribution that split them out needs them installed.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  log "installing the PostgreSQL server binaries (initdb, pg_ctl)"
+  apt_install postgresql
+fi
+if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] ||
+   ! ls /usr/lib/rabbitmq/lib/*/plugins/rabbitmq_auth_mechanism_ssl-* >/dev/null 2>&1; then
+  log "installing RabbitMQ (its node script and plugins)"
+  apt_install rabbitmq-server
+fi
+
 # Mailpit, the real SMTP server the tests deliver to.
 gobin=$(go env GOBIN); [ -n "$gobin" ] || gobin="$(go env GOPATH)/bin"
 if ! command -v mailpit >/dev/null && [ ! -x "$gobin/mailpit" ]; then

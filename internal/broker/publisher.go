@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nudgehq/nudge/internal/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -60,7 +61,15 @@ func NewPublisher(url string, topo Topology, name string) *Publisher {
 }
 
 // Dial opens an AMQP connection named for the broker's connection list.
+// A URL that does not parse is reported in its redacted form: amqp091-go's
+// own parse error quotes the whole URL, password included.
 func Dial(url, name string) (*amqp.Connection, error) {
+	if _, err := redact.Parse(url); err != nil {
+		return nil, fmt.Errorf("connecting to RabbitMQ: %w", err)
+	}
+	if err := redact.Check(url, func(s string) error { _, err := amqp.ParseURI(s); return err }); err != nil {
+		return nil, fmt.Errorf("connecting to RabbitMQ: %w", err)
+	}
 	cfg := amqp.Config{
 		Heartbeat:  10 * time.Second,
 		Properties: amqp.Table{"connection_name": name},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/redact"
 )
 
 // Version is set at build time with -ldflags "-X github.com/nudgehq/nudge/internal/config.Version=...".
@@ -55,7 +56,9 @@ func envBound(f *pflag.Flag) bool {
 
 // BindEnv makes every flag of cmd (and its subcommands) fall back to its
 // environment variable, and names that variable in the flag's help, except
-// flags marked CommandLineOnly. Call it once, after all flags are defined.
+// flags marked CommandLineOnly. Once flags and environment are read, it
+// checks the URLs and keys among them (CheckFlags) before the command runs.
+// Call it once, after all flags are defined.
 func BindEnv(cmd *cobra.Command) {
 	annotate := func(f *pflag.Flag) {
 		if !envBound(f) || strings.Contains(f.Usage, "$NUDGE_") {
@@ -88,6 +91,9 @@ func BindEnv(cmd *cobra.Command) {
 		if err != nil {
 			return err
 		}
+		if err := CheckFlags(c.Flags()); err != nil {
+			return err
+		}
 		if prev != nil {
 			return prev(c, args)
 		}
@@ -108,11 +114,16 @@ type Common struct {
 	DeclareTopology bool
 	LogLevel        string
 	LogFormat       string
+	// AllowInsecureTLS permits plain text or unverified TLS to hosts that
+	// are not loopback (CheckFlags). Zero value: refused.
+	AllowInsecureTLS bool
 }
 
 // Defaults for local development.
 const (
-	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/nudge?sslmode=disable"
+	// No sslmode: pgx's default (prefer) is accepted on loopback only;
+	// other hosts need sslmode=verify-full (CheckDatabaseURL).
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/nudge"
 	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
 )
 
@@ -122,6 +133,7 @@ func (c *Common) RegisterDB(fs *pflag.FlagSet) {
 		"PostgreSQL connection URL (search_path=SCHEMA selects a schema)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
+	c.registerSecurity(fs)
 }
 
 // RegisterBroker adds the broker, signing and queue flags.
@@ -192,7 +204,11 @@ func (c *Common) Topology() broker.Topology {
 
 // Pool connects to PostgreSQL and checks the connection.
 func (c *Common) Pool(ctx context.Context) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	var cfg *pgxpool.Config
+	err := redact.Check(c.DatabaseURL, func(s string) (err error) {
+		cfg, err = pgxpool.ParseConfig(s)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
 	}

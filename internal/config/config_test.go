@@ -137,14 +137,14 @@ func TestBindEnvTakesUnsetFlagsFromEnvironment(t *testing.T) {
 	t.Setenv("NUDGE_BATCH", "42")
 	t.Setenv("NUDGE_EVERY", "90s")
 	t.Setenv("NUDGE_DRY_RUN", "true")
-	t.Setenv("NUDGE_DATABASE_URL", "postgres://env-host/nudge") // a persistent flag of the root
+	t.Setenv("NUDGE_DATABASE_URL", "postgres://env-host/nudge?sslmode=verify-full") // a persistent flag of the root
 	t.Setenv("NUDGE_LOG_LEVEL", "debug")
 
 	b := setupTree(t)
 	require.NoError(t, b.execute("run"))
 	require.Equal(t, seen{
 		Name: "from-env", Batch: 42, Every: 90 * time.Second, DryRun: true,
-		Database: "postgres://env-host/nudge", LogLevel: "debug",
+		Database: "postgres://env-host/nudge?sslmode=verify-full", LogLevel: "debug",
 		PreName: "from-env", // the command's own pre-run hook runs after the environment is applied
 		Ran:     true,
 	}, *b.seen)
@@ -152,18 +152,18 @@ func TestBindEnvTakesUnsetFlagsFromEnvironment(t *testing.T) {
 	single := setupSingle(t)
 	require.NoError(t, single.execute())
 	require.Equal(t, 42, single.seen.Batch)
-	require.Equal(t, "postgres://env-host/nudge", single.seen.Database)
+	require.Equal(t, "postgres://env-host/nudge?sslmode=verify-full", single.seen.Database)
 }
 
 func TestBindEnvFlagBeatsEnvironment(t *testing.T) {
 	t.Setenv("NUDGE_NAME", "from-env")
 	t.Setenv("NUDGE_BATCH", "42")
-	t.Setenv("NUDGE_DATABASE_URL", "postgres://env-host/nudge")
+	t.Setenv("NUDGE_DATABASE_URL", "postgres://env-host/nudge?sslmode=verify-full")
 
 	b := setupTree(t)
-	require.NoError(t, b.execute("run", "--name", "from-flag", "--database-url", "postgres://flag-host/nudge"))
+	require.NoError(t, b.execute("run", "--name", "from-flag", "--database-url", "postgres://flag-host/nudge?sslmode=verify-full"))
 	require.Equal(t, "from-flag", b.seen.Name)
-	require.Equal(t, "postgres://flag-host/nudge", b.seen.Database)
+	require.Equal(t, "postgres://flag-host/nudge?sslmode=verify-full", b.seen.Database)
 	require.Equal(t, 42, b.seen.Batch, "flags not given still come from the environment")
 
 	// A flag given with its default value still counts as given.

@@ -33,7 +33,7 @@ func TestBrokerDeclareThenCheck(t *testing.T) {
 	url, topo := freshTopology(t)
 	run := func(args ...string) ctlResult {
 		// The broker commands never open the database.
-		return runCtl(t, "postgres://unused.invalid/nudge", nil,
+		return runCtl(t, "postgres://unused.invalid/nudge?sslmode=verify-full", nil,
 			append(args, "--amqp-url", url, "--queue-prefix", topo.Prefix)...)
 	}
 

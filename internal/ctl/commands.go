@@ -53,7 +53,7 @@ func Command() *cobra.Command {
 // where the database and broker are, and logging. What to schedule, select,
 // replay, expire or cancel must be typed.
 var envFlags = map[string]bool{
-	"database-url": true, "log-level": true, "log-format": true,
+	"database-url": true, "log-level": true, "log-format": true, "allow-insecure-tls": true,
 	"amqp-url": true, "queue-prefix": true, "signing-keys": true,
 }
 

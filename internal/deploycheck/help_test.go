@@ -17,7 +17,7 @@ func TestBinariesHelpIsUnderstood(t *testing.T) {
 		{"dispatcher", "budget", "NUDGE_BUDGET", "4m0s"},
 		{"dispatcher", "every", "NUDGE_EVERY", ""},
 		{"email-worker", "grace", "NUDGE_GRACE", "25s"},
-		{"sms-worker", "listen", "NUDGE_LISTEN", ":8080"},
+		{"sms-worker", "listen", "NUDGE_LISTEN", "127.0.0.1:8080"},
 		{"fake-sms", "listen", "NUDGE_FAKE_SMS_LISTEN", "127.0.0.1:9025"},
 	} {
 		f := cs[c.bin].flags[c.flag]

@@ -18,7 +18,7 @@ import (
 // port families: the ports a URL flag may legitimately point at.
 var portFamilies = map[string][]int{
 	"database-url": {5432},
-	"amqp-url":     {5671, 5672},
+	"amqp-url":     {5671}, // AMQPS only (issue 13)
 	"smtp-url":     {25, 465, 587},
 	"sms-url":      {80, 443},
 }
@@ -123,6 +123,9 @@ func checkNetworkPolicies(objects []document, workloads []workload) []error {
 					ps := rulePorts(rule)
 					if len(ps) == 0 {
 						fail(np.where(), "an egress rule without ports allows every port")
+					}
+					if len(list(rule, "to")) == 0 {
+						fail(np.where(), "an egress rule without to allows every address")
 					}
 					for _, p := range ps {
 						allowedOut[p] = np.where()

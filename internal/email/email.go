@@ -14,12 +14,14 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/mail"
 	"net/textproto"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +31,7 @@ import (
 	"github.com/wneessen/go-mail/smtp"
 
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/redact"
 )
 
 // TLSMode says how the connection to the SMTP server is encrypted.
@@ -36,12 +39,11 @@ type TLSMode string
 
 const (
 	// TLSOpportunistic upgrades with STARTTLS if the server offers it and
-	// continues in plain text if it does not. It is the default because it is
-	// what most relays on port 25 and 587 expect; use TLSStartTLS when a
-	// downgrade must be refused.
+	// continues in plain text if it does not, so anyone on the path can
+	// downgrade it. Only by explicit choice (tls=starttls-opportunistic).
 	TLSOpportunistic TLSMode = "starttls-opportunistic"
 	// TLSStartTLS requires STARTTLS; a server that does not offer it fails the
-	// connection.
+	// connection. The default for smtp://.
 	TLSStartTLS TLSMode = "starttls"
 	// TLSImplicit speaks TLS from the first byte (SMTPS, usually port 465).
 	TLSImplicit TLSMode = "tls"
@@ -59,7 +61,7 @@ type Config struct {
 	// Username and Password authenticate with SMTP AUTH. An empty Username
 	// means no authentication.
 	Username, Password string
-	// TLS is the encryption mode. Zero ("") means TLSOpportunistic.
+	// TLS is the encryption mode. Zero ("") means TLSStartTLS.
 	TLS TLSMode
 	// Auth is the SMTP AUTH mechanism: "plain", "login" or "cram-md5". Zero
 	// ("") means "plain" when Username is set. PLAIN and LOGIN are refused
@@ -74,8 +76,13 @@ type Config struct {
 	// Timeout bounds dialing and each SMTP command. Zero means 15 seconds.
 	Timeout time.Duration
 	// InsecureSkipVerify disables verification of the server's certificate.
-	// False (verify) unless the relay uses a self-signed certificate in a test.
+	// False (verify) unless the relay uses a self-signed certificate in a
+	// test; the binaries refuse it for a relay that is not on loopback unless
+	// started with --allow-insecure-tls (internal/config).
 	InsecureSkipVerify bool
+	// CAFile is a PEM file of the certificate authorities the relay's
+	// certificate must chain to. Zero ("") means the system's roots.
+	CAFile string
 	// PoolSize is the most SMTP connections open at once; further concurrent
 	// sends wait for a free connection. Zero means 4.
 	PoolSize int
@@ -106,24 +113,26 @@ const (
 
 // ParseSMTPURL parses
 //
-//	smtp://[user:pass@]host[:port][?tls=none|starttls|starttls-opportunistic|tls&from=...&auth=plain|login|cram-md5&insecure=1]
+//	smtp://[user:pass@]host[:port][?tls=none|starttls|starttls-opportunistic|tls&from=...&auth=plain|login|cram-md5&ca=FILE&insecure=1]
 //	smtps://[user:pass@]host[:port][?...]
 //
-// smtp:// defaults to port 25 and tls=starttls-opportunistic (STARTTLS if the
-// server offers it, plain text otherwise); smtps:// means implicit TLS and
-// defaults to port 465. User and password are URL-decoded. Further query
+// smtp:// defaults to port 25 and tls=starttls (STARTTLS required; plain text
+// is refused); smtps:// means implicit TLS and defaults to port 465. User and password are URL-decoded. Further query
 // parameters: domain (MessageIDDomain), timeout (a Go duration such as "10s")
 // and pool (PoolSize). Unknown parameters are an error, so a typo does not
 // silently fall back to a default.
 func ParseSMTPURL(raw string) (Config, error) {
 	var cfg Config
-	u, err := url.Parse(raw)
+	// redact.Parse reports errors with the password hidden, and refuses a
+	// URL where an unencoded reserved character in the password would put
+	// part of it in the path or the query (and so in the errors below).
+	u, err := redact.Parse(raw)
 	if err != nil {
-		return cfg, fmt.Errorf("parsing SMTP URL: %w", redactURLError(err))
+		return cfg, fmt.Errorf("parsing SMTP URL: %w", err)
 	}
 	switch u.Scheme {
 	case "smtp":
-		cfg.TLS = TLSOpportunistic
+		cfg.TLS = TLSStartTLS
 	case "smtps":
 		cfg.TLS = TLSImplicit
 	default:
@@ -198,6 +207,11 @@ func ParseSMTPURL(raw string) (Config, error) {
 				return cfg, fmt.Errorf("parsing SMTP URL: insecure=%q: want 1, 0, true or false", v)
 			}
 			cfg.InsecureSkipVerify = b
+		case "ca":
+			if v == "" {
+				return cfg, errors.New("parsing SMTP URL: ca= needs a file name")
+			}
+			cfg.CAFile = v
 		case "domain":
 			if !isDotAtom(v) {
 				return cfg, fmt.Errorf("parsing SMTP URL: domain=%q: not a valid Message-ID domain", v)
@@ -223,15 +237,6 @@ func ParseSMTPURL(raw string) (Config, error) {
 		return cfg, fmt.Errorf("parsing SMTP URL: auth=%s needs user:pass@ in the URL", cfg.Auth)
 	}
 	return cfg, nil
-}
-
-// redactURLError drops the URL (which may hold a password) from a url.Error.
-func redactURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
 
 // Validate reports the first problem with cfg, after defaults are applied.
@@ -275,7 +280,7 @@ func (cfg Config) Validate() error {
 
 // withDefaults fills zero fields with their documented defaults.
 func (cfg Config) withDefaults() Config {
-	cfg.TLS = cmp.Or(cfg.TLS, TLSOpportunistic)
+	cfg.TLS = cmp.Or(cfg.TLS, TLSStartTLS)
 	if cfg.Port == 0 {
 		cfg.Port = DefaultPort
 		if cfg.TLS == TLSImplicit {
@@ -346,6 +351,16 @@ func New(cfg Config, tmpl *Templates) (*Sender, error) {
 			MinVersion:         tls.VersionTLS12,
 			InsecureSkipVerify: cfg.InsecureSkipVerify, //nolint:gosec // operator's explicit choice
 		},
+	}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("creating email sender: reading the CA file: %w", err)
+		}
+		s.tls.RootCAs = x509.NewCertPool()
+		if !s.tls.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("creating email sender: %s holds no PEM certificate", cfg.CAFile)
+		}
 	}
 	policy := gomail.NoTLS // TLSNone, and TLSImplicit where the dialer does TLS
 	switch cfg.TLS {

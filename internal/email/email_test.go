@@ -353,12 +353,12 @@ func TestStartTLSRequiredButNotOffered(t *testing.T) {
 	requireKind(t, err, provider.Retryable, "tls")
 }
 
-// The default mode, STARTTLS if offered, talks plain text to a server that
-// does not offer it; AUTH PLAIN is allowed to localhost.
+// Opportunistic STARTTLS, chosen explicitly, talks plain text to a server
+// that does not offer it; AUTH PLAIN is allowed to localhost.
 func TestOpportunisticTLSAndAuth(t *testing.T) {
 	t.Parallel()
 	mp := testenv.Mailpit(t, "--smtp-auth-accept-any", "--smtp-auth-allow-insecure")
-	url := "smtp://user:s%40cret@" + mp.SMTPAddr() + "?from=reminders@nudge.test&auth=plain"
+	url := "smtp://user:s%40cret@" + mp.SMTPAddr() + "?from=reminders@nudge.test&auth=plain&tls=starttls-opportunistic"
 	cfg, err := email.ParseSMTPURL(url)
 	require.NoError(t, err)
 	require.Equal(t, email.TLSOpportunistic, cfg.TLS)
@@ -408,7 +408,8 @@ func TestTLSModes(t *testing.T) {
 	}{
 		{"implicit TLS", []string{"--smtp-require-tls"}, "smtps://%s?insecure=1", ""},
 		{"required STARTTLS", []string{"--smtp-require-starttls"}, "smtp://%s?tls=starttls&insecure=1", ""},
-		{"opportunistic STARTTLS when offered", []string{"--smtp-require-starttls"}, "smtp://%s?insecure=1", ""},
+		{"opportunistic STARTTLS when offered", []string{"--smtp-require-starttls"}, "smtp://%s?tls=starttls-opportunistic&insecure=1", ""},
+		{"the default requires STARTTLS", []string{"--smtp-require-starttls"}, "smtp://%s?insecure=1", ""},
 		{"unverified certificate is refused", []string{"--smtp-require-tls"}, "smtps://%s?tls=tls", "tls"},
 		{"plain text to a server that requires STARTTLS", []string{"--smtp-require-starttls"}, "smtp://%s?tls=none", "smtp_530"},
 	}
@@ -490,7 +491,10 @@ func TestParseSMTPURL(t *testing.T) {
 		want    email.Config
 		wantErr string
 	}{
-		{url: "smtp://mail.example.com", want: email.Config{Host: "mail.example.com", Port: 25, TLS: email.TLSOpportunistic}},
+		// Issue 13, finding 9: smtp:// used to default to opportunistic
+		// STARTTLS, which a man in the middle downgrades to plain text.
+		{url: "smtp://mail.example.com", want: email.Config{Host: "mail.example.com", Port: 25, TLS: email.TLSStartTLS}},
+		{url: "smtp://h?tls=starttls-opportunistic", want: email.Config{Host: "h", Port: 25, TLS: email.TLSOpportunistic}},
 		{url: "smtp://127.0.0.1:1025?tls=none", want: email.Config{Host: "127.0.0.1", Port: 1025, TLS: email.TLSNone}},
 		{url: "smtps://relay.example.com", want: email.Config{Host: "relay.example.com", Port: 465, TLS: email.TLSImplicit}},
 		{url: "smtps://relay.example.com:2465?tls=tls", want: email.Config{Host: "relay.example.com", Port: 2465, TLS: email.TLSImplicit}},
@@ -504,7 +508,8 @@ func TestParseSMTPURL(t *testing.T) {
 				InsecureSkipVerify: true, MessageIDDomain: "ids.example.com", Timeout: 5 * time.Second, PoolSize: 8,
 			},
 		},
-		{url: "smtp://u:p@h?auth=cram-md5", want: email.Config{Host: "h", Port: 25, TLS: email.TLSOpportunistic, Username: "u", Password: "p", Auth: "cram-md5"}},
+		{url: "smtps://h?ca=/etc/nudge/ca.pem", want: email.Config{Host: "h", Port: 465, TLS: email.TLSImplicit, CAFile: "/etc/nudge/ca.pem"}},
+		{url: "smtp://u:p@h?auth=cram-md5", want: email.Config{Host: "h", Port: 25, TLS: email.TLSStartTLS, Username: "u", Password: "p", Auth: "cram-md5"}},
 
 		{url: "http://mail.example.com", wantErr: `scheme "http"`},
 		{url: "mail.example.com:25", wantErr: `scheme "mail.example.com"`},
@@ -521,12 +526,21 @@ func TestParseSMTPURL(t *testing.T) {
 		{url: "smtp://u:p@h?auth=xoauth2", wantErr: `auth="xoauth2"`},
 		{url: "smtp://h?auth=plain", wantErr: "needs user:pass@"},
 		{url: "smtp://h?insecure=maybe", wantErr: `insecure="maybe"`},
+		{url: "smtp://h?ca=", wantErr: "ca= needs a file name"},
 		{url: "smtp://h?timeout=-1s", wantErr: `timeout="-1s"`},
 		{url: "smtp://h?pool=0", wantErr: `pool="0"`},
 		{url: "smtp://h?domain=a..b", wantErr: `domain="a..b"`},
 		{url: "smtp://h?tsl=none", wantErr: `unknown parameter "tsl"`},
 		{url: "smtp://h?tls=none&tls=tls", wantErr: `"tls" given 2 times`},
 		{url: "smtp://:secret@h", wantErr: "empty user name"},
+		// Issue 13, finding 4: a reserved character in the password put part
+		// of it in the error (as a port, a path or a parameter name).
+		{url: "smtp://u:se/cret@h:587", wantErr: "u:xxxxx@h:587"},
+		{url: "smtp://u:25/secret@h:587", wantErr: "an \"@\" after the host"},
+		{url: "smtp://u:25?secret@h:587", wantErr: "an \"@\" after the host"},
+		{url: "smtp://u:25#secret@h:587", wantErr: "an \"@\" after the host"},
+		{url: "smtp://u:se%cret@h", wantErr: "percent-encode"},
+		{url: "smtp://u:se:cr@et@h:587/x", wantErr: `unexpected path "/x"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.url, func(t *testing.T) {

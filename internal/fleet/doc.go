@@ -30,7 +30,9 @@ import (
 
 // DefaultListen is where a long-running process serves /healthz, /readyz and
 // /metrics unless --listen says otherwise.
-const DefaultListen = ":8080"
+// Loopback by default (issue 13): a deployment that needs the kubelet or
+// Prometheus to reach it sets --listen=:8080 explicitly, as deploy/k8s does.
+const DefaultListen = config.DefaultProbeListen
 
 // Env is what a binary's main wires before it calls Run.
 type Env struct {

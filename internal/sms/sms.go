@@ -26,7 +26,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -36,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/redact"
 )
 
 const (
@@ -107,12 +107,17 @@ var _ provider.Sender = (*Client)(nil)
 // New validates cfg and returns a Client. Errors name the offending field and
 // wrap ErrInvalidConfig.
 func New(cfg Config) (*Client, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: Config.URL must be an absolute http or https URL, got %q", ErrInvalidConfig, cfg.URL)
+	// Errors show the URL only in its redacted form: user info or a token
+	// in the query would otherwise be printed.
+	u, err := redact.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Config.URL: %w", ErrInvalidConfig, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: Config.URL must be an absolute http or https URL, got %q", ErrInvalidConfig, redact.URL(cfg.URL))
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("%w: Config.URL must not carry a query, fragment or user info, got %q", ErrInvalidConfig, cfg.URL)
+		return nil, fmt.Errorf("%w: Config.URL must not carry a query, fragment or user info, got %q", ErrInvalidConfig, redact.URL(cfg.URL))
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: Config.Timeout must not be negative, got %s", ErrInvalidConfig, cfg.Timeout)

@@ -540,6 +540,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"ftp scheme", sms.Config{URL: "ftp://example.com"}, "Config.URL"},
 		{"query", sms.Config{URL: "https://example.com/?a=b"}, "Config.URL"},
 		{"user info", sms.Config{URL: "https://u:p@example.com"}, "Config.URL"},
+		{"token in the query", sms.Config{URL: "https://example.com/?token=abc"}, "Config.URL"},
 		{"negative timeout", sms.Config{URL: "https://example.com", Timeout: -time.Second}, "Config.Timeout"},
 		{"token with newline", sms.Config{URL: "https://example.com", Token: "a\nb"}, "Config.Token"},
 	}
@@ -712,4 +713,20 @@ func TestRenderErrors(t *testing.T) {
 	msg.Template = "blank"
 	_, err = c.Send(t.Context(), msg)
 	requireSendError(t, err, provider.Permanent, "template")
+}
+
+// TestNewNeverQuotesCredentials is the regression test for issue 13, finding
+// 4: the SMS URL's user info was quoted whole in the error.
+func TestNewNeverQuotesCredentials(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"https://user:Qj/Kx@sms.example.com", "https://user:Qj@Kx@sms.example.com", "https://user:Qj:Kx@sms.example.com",
+		"https://user:Qj%Kx@sms.example.com", "https://user:Qj?Kx@sms.example.com", "https://user:Qj#Kx@sms.example.com",
+		"https://user:Qj@sms.example.com", "https://sms.example.com/?token=QjKx",
+	} {
+		_, err := sms.New(sms.Config{URL: raw})
+		require.ErrorIs(t, err, sms.ErrInvalidConfig, raw)
+		require.NotContains(t, err.Error(), "Qj", raw)
+		require.NotContains(t, err.Error(), "Kx", raw)
+	}
 }

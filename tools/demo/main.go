@@ -33,7 +33,7 @@ import (
 const (
 	reminders  = 1000
 	tenants    = 4
-	signingKey = "demo:demo-signing-secret-0123456789"
+	signingKey = "demo:demo-signing-secret-0123456789abcdef"
 )
 
 func main() {

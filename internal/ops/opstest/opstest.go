@@ -25,7 +25,7 @@ import (
 
 // KeysSpec is the signing-key setting Keys parses, for tests that pass it
 // to a command line.
-const KeysSpec = "test:0123456789abcdef0123"
+const KeysSpec = "test:0123456789abcdef0123456789abcdef"
 
 // Keys is a keyring for tests.
 func Keys(t testing.TB) *message.Keyring {
