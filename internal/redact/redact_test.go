@@ -68,10 +68,7 @@ func TestParseNeverQuotesThePassword(t *testing.T) {
 // fragments are the pieces of secret a leak would show: the text on either
 // side of each reserved character.
 func fragments(secret string) []string {
-	var out []string
-	for _, f := range strings.FieldsFunc(secret, func(r rune) bool { return strings.ContainsRune("/@:%?#", r) }) {
-		out = append(out, f)
-	}
+	out := strings.FieldsFunc(secret, func(r rune) bool { return strings.ContainsRune("/@:%?#", r) })
 	return append(out, secret)
 }
 
