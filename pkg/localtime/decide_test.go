@@ -55,15 +55,17 @@ func TestDecide(t *testing.T) {
 		{"openings too short for the margin", "Europe/Stockholm", "09:00-09:01", "2027-06-01T12:00:00+02:00", "2028-06-01T12:00:00+02:00",
 			2 * time.Minute, localtime.Expire, "", noWindow},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			loc, w := zone(t, tc.zone), window(t, tc.window)
-			got := localtime.Decide(w, loc, inst(t, tc.now), inst(t, tc.deadline), tc.margin)
-			require.Equal(t, tc.verdict, got.Verdict, "%+v", got)
-			require.True(t, inst(t, tc.at).Equal(got.At), "At: got %s, want %s", got.At, tc.at)
-			require.Equal(t, tc.reason, got.Reason)
-		})
+	for _, src := range zoneSources() {
+		for _, tc := range tests {
+			t.Run(src.name+" "+tc.name, func(t *testing.T) {
+				t.Parallel()
+				loc, w := src.load(t, tc.zone), window(t, tc.window)
+				got := localtime.Decide(w, loc, inst(t, tc.now), inst(t, tc.deadline), tc.margin)
+				require.Equal(t, tc.verdict, got.Verdict, "%+v", got)
+				require.True(t, inst(t, tc.at).Equal(got.At), "At: got %s, want %s", got.At, tc.at)
+				require.Equal(t, tc.reason, got.Reason)
+			})
+		}
 	}
 }
 

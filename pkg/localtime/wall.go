@@ -120,46 +120,81 @@ func ParseLocal(wall, zone string) (time.Time, error) {
 // local clock shows a wall time w lies within it of w read as UTC.
 const maxOffset = 16 * time.Hour
 
+// sampleStep is how far apart Resolve samples a zone's offset around a wall
+// time; transitions are found between samples that differ. Two transitions
+// closer than this that return to the same offset would go unseen; no zone
+// has had any.
+const sampleStep = 4 * time.Hour
+
 // Resolve returns the instant at which the local clock in loc shows w, in loc.
 // When the clock skips w (a gap) the result is w moved forward by the gap;
 // when it shows w twice (an overlap), the earlier instant. See the package doc.
+//
+// It reads the zone only through offsets at instants: time.Time.ZoneBounds
+// reports false bounds at year ends for zones described by a rule rather than
+// a transition table, as the slim files of time/tzdata are.
 func Resolve(w Wall, loc *time.Location) time.Time {
 	u := w.utc()
 	var (
-		found, gap       time.Time
-		hasFound, hasGap bool
+		best    time.Time
+		hasBest bool
 	)
-	// Walk the zone's periods (stretches of one offset) that could hold an
-	// instant showing w. A period [start, end) with offset off holds one if
-	// u-off falls in it; a rise in offset at a boundary T leaves a gap that
-	// swallows the wall times [T+before, T+after).
-	at := u.Add(-maxOffset)
-	for {
-		local := at.In(loc)
-		_, off := local.Zone()
-		start, end := local.ZoneBounds()
-		offset := time.Duration(off) * time.Second
-		if c := u.Add(-offset); (start.IsZero() || !c.Before(start)) && (end.IsZero() || c.Before(end)) {
-			if !hasFound || c.Before(found) {
-				found, hasFound = c, true
+	consider := func(off time.Duration) {
+		if c := u.Add(-off); offsetAt(c, loc) == off && (!hasBest || c.Before(best)) {
+			best, hasBest = c, true
+		}
+	}
+	// Walk the offsets in force from maxOffset before u to maxOffset after:
+	// each is a candidate (u read with it; valid if the clock shows w then),
+	// and each rise from o1 to o2 at an instant T is a gap that swallows the
+	// wall times [T+o1, T+o2).
+	var gap time.Time
+	hasGap := false
+	from := u.Add(-maxOffset)
+	off := offsetAt(from, loc)
+	consider(off)
+	for from.Before(u.Add(maxOffset)) {
+		to := from.Add(sampleStep)
+		next := offsetAt(to, loc)
+		if next != off {
+			t := transition(from, to, off, loc)
+			consider(next)
+			if next > off && !hasGap && !u.Before(t.Add(off)) && u.Before(t.Add(next)) {
+				gap, hasGap = u.Add(-off), true // read with the offset before the gap
 			}
+			off = next
 		}
-		if end.IsZero() || end.After(u.Add(maxOffset)) {
-			break
-		}
-		_, next := end.In(loc).Zone()
-		if after := time.Duration(next) * time.Second; after > offset && !hasGap &&
-			!u.Before(end.Add(offset)) && u.Before(end.Add(after)) {
-			gap, hasGap = u.Add(-offset), true // read with the offset before the gap
-		}
-		at = end
+		from = to
 	}
 	switch {
-	case hasFound:
-		return found.In(loc)
+	case hasBest:
+		return best.In(loc)
 	case hasGap:
 		return gap.In(loc)
 	default: // unreachable: a wall time is either shown or skipped
 		return time.Date(w.Year, w.Month, w.Day, w.Hour, w.Minute, w.Second, 0, loc)
 	}
+}
+
+// offsetAt is loc's UTC offset at t.
+func offsetAt(t time.Time, loc *time.Location) time.Duration {
+	_, off := t.In(loc).Zone()
+	return time.Duration(off) * time.Second
+}
+
+// transition returns the first instant after a, to the second, at which the
+// offset is no longer off (a has it, b does not).
+func transition(a, b time.Time, off time.Duration, loc *time.Location) time.Time {
+	for b.Sub(a) > time.Second {
+		m := a.Add(b.Sub(a) / 2).Truncate(time.Second)
+		if !m.After(a) {
+			m = a.Add(time.Second)
+		}
+		if offsetAt(m, loc) == off {
+			a = m
+		} else {
+			b = m
+		}
+	}
+	return b
 }

@@ -183,23 +183,25 @@ func TestWindowOpenings(t *testing.T) {
 		{"a skipped day's opening is the next day's", "Pacific/Apia", "09:00-10:00", "2011-12-29T12:00:00-10:00",
 			false, "2011-12-31T09:00:00+14:00", "2011-12-31T10:00:00+14:00"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			loc, w, at := zone(t, tc.zone), window(t, tc.window), inst(t, tc.at)
-			require.Equal(t, tc.open, localtime.Open(w, loc, at), "Open")
-			next := localtime.NextOpening(w, loc, at)
-			require.True(t, inst(t, tc.next).Equal(next), "NextOpening: got %s, want %s", next, tc.next)
-			closes := localtime.CloseAfter(w, loc, at)
-			require.True(t, inst(t, tc.close).Equal(closes), "CloseAfter: got %s, want %s", closes, tc.close)
-			if !closes.IsZero() {
-				require.True(t, localtime.Open(w, loc, closes.Add(-time.Nanosecond)), "open until the close")
-				require.False(t, localtime.Open(w, loc, closes), "closed at the close")
-			}
-			if !next.Equal(at) {
-				require.False(t, localtime.Open(w, loc, next.Add(-time.Nanosecond)), "closed until the opening")
-			}
-		})
+	for _, src := range zoneSources() {
+		for _, tc := range tests {
+			t.Run(src.name+" "+tc.name, func(t *testing.T) {
+				t.Parallel()
+				loc, w, at := src.load(t, tc.zone), window(t, tc.window), inst(t, tc.at)
+				require.Equal(t, tc.open, localtime.Open(w, loc, at), "Open")
+				next := localtime.NextOpening(w, loc, at)
+				require.True(t, inst(t, tc.next).Equal(next), "NextOpening: got %s, want %s", next, tc.next)
+				closes := localtime.CloseAfter(w, loc, at)
+				require.True(t, inst(t, tc.close).Equal(closes), "CloseAfter: got %s, want %s", closes, tc.close)
+				if !closes.IsZero() {
+					require.True(t, localtime.Open(w, loc, closes.Add(-time.Nanosecond)), "open until the close")
+					require.False(t, localtime.Open(w, loc, closes), "closed at the close")
+				}
+				if !next.Equal(at) {
+					require.False(t, localtime.Open(w, loc, next.Add(-time.Nanosecond)), "closed until the opening")
+				}
+			})
+		}
 	}
 }
 
