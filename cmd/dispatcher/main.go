@@ -5,6 +5,7 @@ package main
 
 import (
 	"time"
+	_ "time/tzdata" // the zone database, for images without one (pkg/localtime)
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"

@@ -31,9 +31,11 @@
 // A zone is an IANA name such as "Europe/Stockholm" or "UTC", matched exactly
 // (case included). LoadZone rejects the empty name and "Local" (which would
 // make a reminder's meaning depend on the machine), "localtime",
-// "posixrules", "Factory" and the "posix/" and "right/" copies some systems
-// install. The binaries import time/tzdata, so a minimal container resolves
-// zones as a laptop does.
+// "posixrules", "Factory", the "posix/" and "right/" copies some systems
+// install, and the legacy names CET, EET, MET, WET, EST, MST and HST, which
+// PostgreSQL reads as fixed-offset abbreviations rather than as zones. The
+// binaries import time/tzdata, so a minimal container resolves zones as a
+// laptop does.
 //
 // # Send windows
 //

@@ -194,7 +194,7 @@ func TestParseWall(t *testing.T) {
 
 func TestLoadZone(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"Europe/Stockholm", "UTC", "America/Argentina/Buenos_Aires", "EST5EDT", "Etc/GMT+3"} {
+	for _, name := range []string{"Europe/Stockholm", "UTC", "America/Argentina/Buenos_Aires", "EST5EDT", "Etc/GMT+3", "GMT", "Zulu"} {
 		loc, err := localtime.LoadZone(name)
 		require.NoError(t, err, name)
 		require.Equal(t, name, loc.String())
@@ -204,6 +204,8 @@ func TestLoadZone(t *testing.T) {
 		"Local":                   `"Local" is not allowed`,
 		"localtime":               `"localtime" is not allowed`,
 		"Factory":                 "no zone was configured",
+		"CET":                     "fixed-offset abbreviation",
+		"EST":                     "fixed-offset abbreviation",
 		"posix/Europe/Stockholm":  `without its "posix/" prefix`,
 		"right/UTC":               `without its "right/" prefix`,
 		"Europe/Stokholm":         `unknown zone "Europe/Stokholm"`,

@@ -26,7 +26,15 @@ var deniedZones = map[string]string{
 	"localtime":  "means the zone of whichever machine reads it",
 	"posixrules": "is a template for POSIX TZ strings, not a place",
 	"Factory":    "means no zone was configured",
+	// PostgreSQL reads these legacy names as time zone abbreviations first
+	// (timezone_abbreviations): CET as a fixed +01:00 without summer time,
+	// EST as +10:00 under the Australia set. UTC, GMT, UCT and Zulu mean
+	// UTC in every set and stay allowed.
+	"CET": abbreviation, "EET": abbreviation, "MET": abbreviation, "WET": abbreviation,
+	"EST": abbreviation, "MST": abbreviation, "HST": abbreviation,
 }
+
+const abbreviation = "is read by PostgreSQL as a fixed-offset abbreviation; use a city zone such as \"Europe/Paris\" or \"America/New_York\""
 
 // LoadZone returns the IANA zone name, matched exactly. The error wraps
 // ErrZone and says why; the caller names its field.
