@@ -66,3 +66,20 @@ func TestLocalTimeRejectsInvalidWindows(t *testing.T) {
 		`SELECT nudge_window_open(NULL, NULL, NULL, 'UTC', now())`).Scan(&open))
 	require.True(t, open, "a NULL opening time means any time")
 }
+
+// Why nudge_resolve_local exists: PostgreSQL's AT TIME ZONE takes the later
+// reading of a repeated local time, the rule is the earlier one; both move a
+// skipped one forward by the gap.
+func TestLocalTimeOverlapIsNotAtTimeZones(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	var pgOverlap, ours, pgGap, oursGap time.Time
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+		SELECT timestamp '2027-10-31 02:30' AT TIME ZONE 'Europe/Stockholm',
+		       nudge_resolve_local('2027-10-31 02:30', 'Europe/Stockholm'),
+		       timestamp '2027-03-28 02:30' AT TIME ZONE 'Europe/Stockholm',
+		       nudge_resolve_local('2027-03-28 02:30', 'Europe/Stockholm')`).Scan(&pgOverlap, &ours, &pgGap, &oursGap))
+	require.True(t, pgOverlap.Equal(time.Date(2027, 10, 31, 1, 30, 0, 0, time.UTC)), "AT TIME ZONE: %s", pgOverlap)
+	require.True(t, ours.Equal(time.Date(2027, 10, 31, 0, 30, 0, 0, time.UTC)), "nudge_resolve_local: %s", ours)
+	require.True(t, pgGap.Equal(oursGap) && oursGap.Equal(time.Date(2027, 3, 28, 1, 30, 0, 0, time.UTC)), "gap: %s, %s", pgGap, oursGap)
+}
