@@ -4,6 +4,8 @@
 package main
 
 import (
+	_ "time/tzdata" // the zone database, for images without one (pkg/localtime)
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 

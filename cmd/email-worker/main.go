@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	_ "time/tzdata" // the zone database, for images without one (pkg/localtime)
 
 	"github.com/spf13/cobra"
 

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // the zone database, for images without one (pkg/localtime)
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"

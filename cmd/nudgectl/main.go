@@ -5,6 +5,8 @@
 package main
 
 import (
+	_ "time/tzdata" // the zone database, for images without one (pkg/localtime)
+
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/ctl"
 )

@@ -4,6 +4,8 @@
 package main
 
 import (
+	_ "time/tzdata" // the zone database, for images without one (pkg/localtime)
+
 	"github.com/spf13/cobra"
 
 	"github.com/nudgehq/nudge/internal/clock"
