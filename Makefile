@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nudgehq/nudge/internal/config.Version=$(VERSION)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test test-ratelimit test-deploy test-short demo services vet fmt clean chaos chaos-short bench fuzz fuzz-short
+.PHONY: all build test test-ratelimit test-deploy test-short demo services vet fmt clean chaos chaos-short bench
 
 all: build
 
@@ -22,8 +22,8 @@ test: services
 	scripts/check-tracked-files.sh
 	go vet ./...
 	go test -race -count=1 -timeout 15m -skip '^TestFleetWideRateLimit$$' ./...
-	$(MAKE) fuzz-short
 	$(MAKE) test-ratelimit
+	$(MAKE) fuzz-short
 	$(MAKE) chaos-short
 	$(MAKE) test-deploy
 
@@ -43,6 +43,7 @@ test-deploy:
 ## Retry-After and SMS responses, dead letters). Seeds: f.Add and testdata/fuzz/. A crash
 ## is written to the package's testdata/fuzz/ and fails the run.
 ## fuzz: the same for a minute each (FUZZTIME=60s)
+.PHONY: fuzz fuzz-short
 FUZZ_TARGETS := \
 	./internal/message:FuzzOpen ./internal/message:FuzzParseKeys \
 	./internal/ctl:FuzzParseLine ./internal/ctl:FuzzReadLine ./internal/ctl:FuzzReadLines \
