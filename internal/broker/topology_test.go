@@ -77,6 +77,40 @@ func TestDeadLetterQueuesAreBoundedDroppingTheOldest(t *testing.T) {
 	require.ErrorContains(t, err, "Bounded dead-letter queues")
 }
 
+// The byte bound too: a dead-letter queue keeps at most DeadMaxBytes of
+// bodies, dropping the oldest, so one junk body cannot fill the broker.
+func TestDeadLetterQueuesAreBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	testenv.RabbitMQ(t)
+	url := brokerURL()
+	topo := undeclared(t, url)
+	topo.DeadMaxBytes = 10
+	conn := dial(t, url)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, topo.Declare(ch))
+
+	pub := broker.NewPublisher(url, topo, "topology-test")
+	defer pub.Close()
+	var out []broker.Outgoing
+	for i := 1; i <= 3; i++ {
+		out = append(out, broker.Outgoing{Exchange: topo.DeadExchange(), RoutingKey: "sms",
+			Msg: amqp.Publishing{MessageId: strconv.Itoa(i), Body: []byte("6bytes"), DeliveryMode: amqp.Persistent}})
+	}
+	res, err := pub.PublishBatch(context.Background(), out)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.NoError(t, r)
+	}
+	q, err := ch.QueueDeclarePassive(topo.DeadQueue("sms"), true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, q.Messages, "two 6-byte bodies exceed 10 bytes: only the newest is kept")
+	d, ok, err := ch.Get(topo.DeadQueue("sms"), false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "3", d.MessageId)
+}
+
 func TestDefaultDeadLetterBounds(t *testing.T) {
 	t.Parallel()
 	topo := broker.Topology{}.WithDefaults()
