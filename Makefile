@@ -21,6 +21,7 @@ services:
 test: services lint
 	go test -race -count=1 -timeout 15m -skip '^TestFleetWideRateLimit$$' ./...
 	$(MAKE) test-ratelimit
+	$(MAKE) fuzz-short
 	$(MAKE) chaos-short
 	$(MAKE) test-deploy
 
@@ -44,6 +45,30 @@ test-ratelimit:
 ## build, Prometheus rules; a module of its own (deploy/check), no cluster needed
 test-deploy:
 	cd deploy/check && go vet ./... && go test -count=1 ./...
+
+## fuzz-short: every fuzz target for FUZZTIME (2 s) each, one at a time: the parsers of
+## hostile input (message bodies and keys, JSON Lines, intake data, the limits file, SMTP URLs,
+## Retry-After and SMS responses, dead letters). Seeds: f.Add and testdata/fuzz/. A crash
+## is written to the package's testdata/fuzz/ and fails the run.
+## fuzz: the same for a minute each (FUZZTIME=60s)
+.PHONY: fuzz fuzz-short
+FUZZ_TARGETS := \
+	./internal/message:FuzzOpen ./internal/message:FuzzParseKeys \
+	./internal/ctl:FuzzParseLine ./internal/ctl:FuzzReadLine ./internal/ctl:FuzzReadLines \
+	./pkg/intake:FuzzCheckData ./internal/ratelimit:FuzzParse ./internal/email:FuzzParseSMTPURL \
+	./internal/sms:FuzzParseRetryAfter ./internal/sms:FuzzInterpret ./internal/ops:FuzzDeadLetter
+FUZZTIME ?= 2s
+# No minimizing in a short run: a deadline that falls while the engine
+# minimizes a new input fails the run ("context deadline exceeded").
+FUZZFLAGS ?= -fuzzminimizetime=1x
+fuzz-short:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		go test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $(FUZZFLAGS) $$pkg 2>&1 | \
+			grep -v '^fuzz: elapsed' | sed "s|^ok |ok  $$name |" || exit 1; \
+	done
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=60s FUZZFLAGS=
 
 ## chaos-short: the chaos run on 5,000 reminders (kills, broker connection closes, a PostgreSQL restart)
 chaos-short:

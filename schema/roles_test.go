@@ -650,3 +650,44 @@ func TestDispatcherHeartbeatAndReconcilerGaugesUnderTheirRoles(t *testing.T) {
 		}
 	}
 }
+
+// Regression (issue 13, finding 5): nudge_reschedule ran with the caller's
+// rights and was executable by PUBLIC, so the intake role could not use it,
+// and granting it the table would have let one tenant move another's
+// reminders. Like nudge_cancel it now checks the tenant and runs as its owner.
+func TestIntakeRoleReschedulesItsTenantsOnly(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	ctx := context.Background()
+	acme, acmeLogin := b.login(t, "nudge_intake")
+	b.grantTenant(t, acmeLogin, "acme")
+	deadline := b.now.Add(time.Hour)
+	mine := b.schedule(t, "acme", "mine", deadline)
+	theirs := b.schedule(t, "globex", "theirs", deadline)
+	newDue, newDeadline := b.now.Add(2*time.Hour), b.now.Add(3*time.Hour)
+
+	st, err := intake.Reschedule(ctx, acme, "acme", "mine", newDue, newDeadline, "web", "course moved")
+	require.NoError(t, err, "intake reschedules its own tenant's reminder")
+	require.Equal(t, reminder.Pending, st)
+	r, err := intake.Get(ctx, b.db.Pool, mine)
+	require.NoError(t, err)
+	require.True(t, newDue.Equal(r.DueAt), "due_at moved")
+	_, err = intake.Reschedule(ctx, acme, "acme", "nope", newDue, newDeadline, "web", "")
+	require.ErrorIs(t, err, intake.ErrNotFound, "a missing key of its own tenant")
+
+	resched := `SELECT nudge_reschedule($1, $2, $3, $4)`
+	requireDenied(t, acme, resched, "globex", "theirs", newDue, newDeadline)
+	requireDenied(t, acme, resched, "globex", "no-such-key", newDue, newDeadline)
+	requireDenied(t, acme, `SELECT nudge_reschedule_unchecked($1, $2, $3, $4)`, "globex", "theirs", newDue, newDeadline)
+	r, err = intake.Get(ctx, b.db.Pool, theirs)
+	require.NoError(t, err)
+	require.True(t, deadline.Equal(r.Deadline), "another tenant's reminder did not move")
+
+	// Only intake and the operator may execute it (no PUBLIC execute).
+	dispatcher, _ := b.login(t, "nudge_dispatcher")
+	requireDenied(t, dispatcher, resched, "acme", "mine", newDue, newDeadline)
+	var canExecute bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT has_function_privilege('public',
+		'nudge_reschedule(text, text, timestamptz, timestamptz, text, text)', 'EXECUTE')`).Scan(&canExecute))
+	require.False(t, canExecute, "PUBLIC may not execute nudge_reschedule")
+}

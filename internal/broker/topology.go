@@ -8,7 +8,8 @@
 //	P.work      direct exchange; routing key C → queue P.C
 //	P.C         quorum work queue: x-delivery-limit, dead-letters at least once to P.dead
 //	P.dead      direct exchange; routing key C → queue P.C.dead
-//	P.C.dead    quorum dead-letter queue, inspected and replayed by operators
+//	P.C.dead    quorum dead-letter queue, inspected and replayed by operators;
+//	            bounded, dropping its oldest message when full (DeadMaxLength)
 //	P.C.retry.D quorum retry tier with x-message-ttl D, dead-lettering back to
 //	            P.work with routing key C (one queue per delay: expiry only
 //	            happens at the head, so one TTL per queue keeps tiers honest)
@@ -18,6 +19,8 @@
 package broker
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -40,7 +43,28 @@ type Topology struct {
 	MaxLength int
 	// RetryTiers are the retry delays, one queue each. Zero value: DefaultRetryTiers.
 	RetryTiers []time.Duration
+	// DeadMaxLength and DeadMaxBytes bound each dead-letter queue: at most
+	// this many messages, and this many bytes of message bodies. A full
+	// dead-letter queue drops its oldest message (x-overflow drop-head)
+	// rather than refuse a new one: refused, the worker's dead-letter
+	// publish would fail, it would reject the message into the work queue's
+	// own at-least-once dead-lettering, and the work queue would hold it,
+	// retrying, until it too filled and stopped the dispatcher. A dropped
+	// dead letter loses only the message: the reminder it named stays
+	// quarantined in the reminders table, the record, where `nudgectl
+	// replay --state quarantined` finds it (docs/operations.md). Zero
+	// values: DefaultDeadMaxLength, DefaultDeadMaxBytes.
+	DeadMaxLength int
+	DeadMaxBytes  int
 }
+
+// Bounds of a dead-letter queue (Topology.DeadMaxLength, DeadMaxBytes):
+// room for every quarantine of a bad day, and at most what an operator's
+// nudgectl holds in memory while it reads the queue.
+const (
+	DefaultDeadMaxLength = 100_000
+	DefaultDeadMaxBytes  = 64 << 20
+)
 
 // DefaultRetryTiers are the delays of the retry queues.
 // The sub-second ones serve rate-limit deferrals, which wait for a token
@@ -69,6 +93,8 @@ func (t Topology) WithDefaults() Topology {
 	if len(t.RetryTiers) == 0 {
 		t.RetryTiers = DefaultRetryTiers
 	}
+	t.DeadMaxLength = cmp.Or(t.DeadMaxLength, DefaultDeadMaxLength)
+	t.DeadMaxBytes = cmp.Or(t.DeadMaxBytes, DefaultDeadMaxBytes)
 	tiers := append([]time.Duration(nil), t.RetryTiers...)
 	sort.Slice(tiers, func(i, j int) bool { return tiers[i] < tiers[j] })
 	t.RetryTiers = tiers
@@ -138,6 +164,23 @@ func (t Topology) quorumArgs() amqp.Table {
 	}
 }
 
+// deadArgs shape a dead-letter queue: bounded, dropping its oldest message
+// when full (see DeadMaxLength), and with no dead-letter exchange of its own,
+// so a dropped message is gone.
+func (t Topology) deadArgs() amqp.Table {
+	return amqp.Table{
+		"x-queue-type":       "quorum",
+		"x-max-length":       int64(t.DeadMaxLength),
+		"x-max-length-bytes": int64(t.DeadMaxBytes),
+		"x-overflow":         "drop-head",
+	}
+}
+
+func isPreconditionFailed(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed
+}
+
 // Declare declares the whole topology on ch. It needs configure permission
 // on every name, and, for a queue it creates, read on the queue and write on
 // its dead-letter exchange; binding needs write on the queue and read on the
@@ -154,8 +197,11 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		if err := declareBound(ch, t.Queue(c), work, t.WorkExchange(), c); err != nil {
 			return err
 		}
-		dead := amqp.Table{"x-queue-type": "quorum"}
-		if err := declareBound(ch, t.DeadQueue(c), dead, t.DeadExchange(), c); err != nil {
+		if err := declareBound(ch, t.DeadQueue(c), t.deadArgs(), t.DeadExchange(), c); err != nil {
+			if isPreconditionFailed(err) {
+				return fmt.Errorf("%w: %s was declared by an earlier version without its bounds "+
+					"(x-max-length, x-overflow): see docs/operations.md, \"Bounded dead-letter queues\"", err, t.DeadQueue(c))
+			}
 			return err
 		}
 		for _, d := range t.RetryTiers {

@@ -22,6 +22,7 @@ import (
 	"github.com/nudgehq/nudge/internal/ctl"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -208,6 +209,42 @@ func TestScheduleFileMixed(t *testing.T) {
 	require.Equal(t, summary{lines: 15, created: 0, exists: 5, rejected: 8}, parseSummary(t, again.stdout))
 	require.Equal(t, wantRejected, rejections(again.stderr))
 	require.Equal(t, 4, countRows(t, b.db.Pool, ""))
+}
+
+// Regression (issue 13, findings 1 and 6): a NUL in key or data passed
+// validation and failed the set-based insert for the whole batch ("lines
+// 1-3 ... 22P05", exit 1, the rest of the file not read); invalid UTF-8 was
+// replaced with U+FFFD in silence; a line of any size was read and accepted.
+// Each bad line is now rejected naming its line, field and what was
+// expected, and every good line beside it is scheduled.
+func TestScheduleFileHostileLines(t *testing.T) {
+	t.Parallel()
+	b := setupCtl(t)
+
+	path := writeFile(t,
+		jl(t, "a"),                           // 1
+		jl(t, "x2", "key", `"a\u0000b"`),     // 2: NUL in key
+		jl(t, "b"),                           // 3
+		jl(t, "c", "data", `{"x":"\u0000"}`), // 4: NUL in data
+		jl(t, "x5", "key", "\"caf\xe9\""),    // 5: invalid UTF-8 in key
+		jl(t, "d", "data", `{"x":"`+strings.Repeat("y", intake.MaxDataBytes)+`"}`), // 6: data too large
+		`{"key":"`+strings.Repeat("z", ctl.MaxLineBytes)+`"}`,                      // 7: line too long
+		jl(t, "e", "recipient", `"`+strings.Repeat("r", 300)+`@example.com"`),      // 8: recipient too long
+		jl(t, "f"), // 9
+	)
+	res := b.run("schedule", "-f", path)
+	requireExitCode(t, res.err, 2)
+	require.Equal(t, summary{lines: 9, created: 3, rejected: 6}, parseSummary(t, res.stdout))
+	require.Equal(t, []string{
+		`line 2: field "key" must not contain a NUL character (U+0000 at byte 1)`,
+		`line 4: field "data" must not contain a NUL character (\u0000 at byte 6)`,
+		`line 5: field "key" must be valid UTF-8`,
+		fmt.Sprintf(`line 6: field "data" must be at most %d bytes as JSON, got %d`, intake.MaxDataBytes, intake.MaxDataBytes+8),
+		fmt.Sprintf(`line 7: is longer than %d bytes, the limit for one line; skipped`, ctl.MaxLineBytes),
+		`line 8: field "recipient" must be at most 254 characters`,
+	}, rejections(res.stderr), "stderr:\n%s", res.stderr)
+	require.Equal(t, 3, countRows(t, b.db.Pool, `WHERE key IN ('a', 'b', 'f')`))
+	require.Equal(t, 3, countRows(t, b.db.Pool, ""))
 }
 
 func TestScheduleFileAllGoodExitsZero(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -27,7 +29,7 @@ import (
 // brokerFlags are the broker settings of the commands that read queues.
 type brokerFlags struct {
 	amqpURL, prefix, signingKeys string
-	maxMessages                  int
+	maxMessages, pageSize        int
 	wait                         time.Duration
 }
 
@@ -37,15 +39,17 @@ func (b *brokerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.signingKeys, "signing-keys", "",
 		"message signing keys (KID:SECRET,...): only a message whose signed body verifies names a reminder that "+
 			"replay or expire act on; without them every message is shown unverified and can only be dropped")
-	fs.IntVar(&b.maxMessages, "max-messages", 50_000,
-		fmt.Sprintf("refuse a dead-letter queue deeper than this (at most %d): reading part of a quorum queue reorders it", ops.MaxDLQRead))
+	fs.IntVar(&b.maxMessages, "max-messages", 2*broker.DefaultDeadMaxLength,
+		"refuse a dead-letter queue deeper than this (a read holds the whole queue: reading part of a quorum queue reorders it)")
 	fs.DurationVar(&b.wait, "read-wait", 10*time.Second, "how long to wait for the messages the queue says it holds")
+	fs.IntVar(&b.pageSize, "page-size", ops.MaxDLQPage, "messages a read's consumer holds; it takes the rest one by one")
+	_ = fs.MarkHidden("page-size") // for tests: a deep queue without 65,535 messages
 }
 
 func (b *brokerFlags) dlq() (ops.DLQ, error) {
 	d := ops.DLQ{
 		URL: b.amqpURL, Topology: broker.Topology{Prefix: b.prefix}.WithDefaults(),
-		MaxMessages: b.maxMessages, Wait: b.wait,
+		MaxMessages: b.maxMessages, Wait: b.wait, PageSize: b.pageSize,
 	}
 	if b.signingKeys != "" {
 		k, err := message.ParseKeys(b.signingKeys)
@@ -358,7 +362,14 @@ func printDeadLetter(w io.Writer, m *ops.DeadLetter, now time.Time) {
 		v, _ := json.Marshal(m.Headers[k])
 		fmt.Fprintf(tw, "header %s\t%s\n", k, v)
 	}
-	fmt.Fprintf(tw, "body\t%s\n", m.Body)
+	body := m.Body
+	if !utf8.ValidString(body) || strings.ContainsFunc(body, unicode.IsControl) {
+		body = strconv.Quote(body) // never raw control bytes to a terminal
+	}
+	if m.BodyTruncated() {
+		body += fmt.Sprintf(" … (the first %d of %d bytes)", len(m.Body), m.BodyBytes)
+	}
+	fmt.Fprintf(tw, "body\t%s\n", body)
 	tw.Flush()
 }
 

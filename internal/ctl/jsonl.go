@@ -10,8 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -50,8 +53,19 @@ type ParsedLine struct {
 	Req  intake.Request
 }
 
+// MaxLineBytes bounds one line of a JSON Lines file: room for the largest
+// data intake accepts (intake.MaxDataBytes) and every other field at its
+// bound, escaped. A longer line is reported and skipped, unread, and the
+// lines after it are processed: a reader never holds more than this.
+const MaxLineBytes = intake.MaxDataBytes + 64<<10
+
 // ParseLine decodes one JSON object into a request, or says which field is wrong.
 func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
+	if !utf8.Valid(raw) {
+		// Checked before decoding, which would replace each invalid byte
+		// with U+FFFD in silence.
+		return intake.Request{}, &LineError{Line: n, Field: invalidUTF8Field(raw), Reason: "must be valid UTF-8"}
+	}
 	var l jsonLine
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -79,9 +93,15 @@ func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
 		Tenant: l.Tenant, Key: l.Key, Channel: reminder.Channel(l.Channel), Recipient: l.Recipient,
 		Template: l.Template,
 	}
+	for _, f := range [...]struct{ name, value string }{{"tenant", l.Tenant}, {"key", l.Key},
+		{"channel", l.Channel}, {"recipient", l.Recipient}, {"template", l.Template}} {
+		if verr := intake.CheckString(f.name, f.value); verr != nil { // a \u0000 escape
+			return req, &LineError{Line: n, Field: verr.Field, Reason: verr.Reason}
+		}
+	}
 	if len(l.Data) > 0 && !bytes.Equal(l.Data, []byte("null")) { // null means absent, as for every field
-		if t := bytes.TrimSpace(l.Data); len(t) == 0 || t[0] != '{' {
-			return req, &LineError{Line: n, Field: "data", Reason: "must be a JSON object"}
+		if verr := intake.CheckData(l.Data); verr != nil {
+			return req, &LineError{Line: n, Field: verr.Field, Reason: verr.Reason}
 		}
 		req.Data = l.Data
 	}
@@ -116,16 +136,36 @@ func parseTime(n int, field, v string) (time.Time, *LineError) {
 	return t, nil
 }
 
+// invalidUTF8Field names the field of raw whose value holds invalid UTF-8,
+// or "" when it is a field name or raw is not a JSON object.
+func invalidUTF8Field(raw []byte) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if !utf8.Valid(fields[k]) {
+			return k
+		}
+	}
+	return ""
+}
+
 // ReadLines reads JSON Lines from r, calling good for each parsed line and
-// bad for each line that did not parse. Blank lines are skipped.
+// bad for each line that did not parse or is longer than MaxLineBytes.
+// Blank lines are skipped.
 func ReadLines(r io.Reader, good func(ParsedLine) error, bad func(*LineError)) (int, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
 	n := 0
 	for {
-		raw, err := br.ReadBytes('\n')
-		if len(raw) > 0 {
+		raw, tooLong, err := readLine(br, buf[:0], MaxLineBytes)
+		buf = raw[:0] // reused: at most MaxLineBytes and one read buffer
+		if len(raw) > 0 || tooLong {
 			n++
-			if t := bytes.TrimSpace(raw); len(t) > 0 {
+			if tooLong {
+				bad(&LineError{Line: n, Reason: fmt.Sprintf("is longer than %d bytes, the limit for one line; skipped", MaxLineBytes)})
+			} else if t := bytes.TrimSpace(raw); len(t) > 0 {
 				req, lerr := ParseLine(n, t)
 				if lerr != nil {
 					bad(lerr)
@@ -139,6 +179,33 @@ func ReadLines(r io.Reader, good func(ParsedLine) error, bad func(*LineError)) (
 		}
 		if err != nil {
 			return n, fmt.Errorf("reading line %d: %w", n+1, err)
+		}
+	}
+}
+
+// readLine appends the next line of br (with its line ending) to buf. A
+// line longer than limit bytes, not counting its "\n" or "\r\n", is read to
+// its end and dropped: tooLong, and no bytes.
+func readLine(br *bufio.Reader, buf []byte, limit int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooLong {
+			buf = append(buf, chunk...)
+			n := len(buf)
+			if err == nil { // the chunk ends the line
+				n--
+				if n > 0 && buf[n-1] == '\r' {
+					n--
+				}
+			} else if errors.Is(err, bufio.ErrBufferFull) {
+				n-- // its last byte may be the '\r' of a "\r\n"
+			}
+			if n > limit {
+				tooLong, buf = true, buf[:0]
+			}
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return buf, tooLong, err
 		}
 	}
 }

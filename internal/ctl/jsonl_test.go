@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/ctl"
+	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -201,11 +202,11 @@ func TestReadLines(t *testing.T) {
 }
 
 // bufio.Scanner stops at 64 KiB a token; a big data object must still parse,
-// including one larger than ReadLines' own buffer.
+// including one larger than ReadLines' own read buffer.
 func TestReadLinesLongLines(t *testing.T) {
 	t.Parallel()
 
-	for _, size := range []int{64 << 10, 100 << 10, 3 << 20} {
+	for _, size := range []int{60 << 10, intake.MaxDataBytes - len(`{"blob":""}`)} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			t.Parallel()
 			blob := strings.Repeat("x", size)
@@ -224,6 +225,71 @@ func TestReadLinesLongLines(t *testing.T) {
 			require.Len(t, data.Blob, size)
 			require.Equal(t, "after", res.good[2].Req.Key)
 		})
+	}
+}
+
+// Regression (issue 13, finding 1): a 50 MiB line was read whole (nudgectl
+// at 404 MB) and accepted. A line longer than MaxLineBytes is now reported
+// with its number and skipped without being held, and the next lines are
+// read; a line of exactly MaxLineBytes (line ending aside) is read.
+func TestReadLinesBoundsALine(t *testing.T) {
+	t.Parallel()
+
+	// pad builds a line of exactly n bytes that parses (its key is too long
+	// for intake, which ReadLines leaves to intake).
+	pad := func(n int) string { return `{"key":"` + strings.Repeat("k", n-len(`{"key":""}`)) + `"}` }
+	for _, ending := range []string{"\n", "\r\n", ""} {
+		atLimit, overLimit := pad(ctl.MaxLineBytes), pad(ctl.MaxLineBytes+1)
+		require.Len(t, atLimit, ctl.MaxLineBytes)
+		huge := `{"key":"` + strings.Repeat("x", 50<<20) + `"}`
+		for _, tc := range []struct {
+			line string
+			ok   bool
+		}{{atLimit, true}, {overLimit, false}, {huge, false}} {
+			in := withField(t, "key", `"before"`) + "\n" + tc.line + ending
+			if ending != "" {
+				in += withField(t, "key", `"after"`) + "\n"
+			}
+			res := readAll(strings.NewReader(in))
+			require.NoError(t, res.err)
+			if tc.ok {
+				require.Empty(t, res.bad, "a line of exactly MaxLineBytes, ending %q", ending)
+				continue
+			}
+			require.Len(t, res.bad, 1, "ending %q, %d bytes", ending, len(tc.line))
+			require.Equal(t, fmt.Sprintf("line 2: is longer than %d bytes, the limit for one line; skipped", ctl.MaxLineBytes),
+				res.bad[0].Error())
+			if ending != "" {
+				require.Len(t, res.good, 2, "the line after the long one is read")
+				require.Equal(t, "after", res.good[1].Req.Key)
+				require.Equal(t, 3, res.good[1].Line)
+			}
+		}
+	}
+}
+
+// Regression (issue 13, finding 6): invalid UTF-8 in a key was replaced with
+// U+FFFD in silence, and a \u0000 escape passed to PostgreSQL, which failed
+// the whole batch. Each is now refused for its line, naming the field.
+func TestParseLineRefusesNulAndInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ line, field, reason string }{
+		{withField(t, "key", "\"caf\xe9\""), "key", "must be valid UTF-8"},
+		{withField(t, "recipient", "\"\xff@example.com\""), "recipient", "must be valid UTF-8"},
+		{withField(t, "data", "{\"a\":\"\xc3\"}"), "data", "must be valid UTF-8"},
+		{withField(t, "key", `"a\u0000b"`), "key", "NUL"},
+		{withField(t, "tenant", `"\u0000"`), "tenant", "NUL"},
+		{withField(t, "template", `"t\u0000"`), "template", "NUL"},
+		{withField(t, "data", `{"a":"\u0000"}`), "data", "NUL"},
+		{withField(t, "data", `{"\u0000":1}`), "data", "NUL"},
+		{withField(t, "data", `{"a":"\udfff"}`), "data", "surrogate"},
+		{withField(t, "data", `{"a":1e999999}`), "data", "digits"},
+	} {
+		_, lerr := ctl.ParseLine(4, []byte(tc.line))
+		require.NotNil(t, lerr, tc.line)
+		require.Equal(t, 4, lerr.Line)
+		require.Equal(t, tc.field, lerr.Field, tc.line)
+		require.Contains(t, lerr.Reason, tc.reason, tc.line)
 	}
 }
 

@@ -129,6 +129,37 @@ func TestDLQListAndShow(t *testing.T) {
 	require.Equal(t, want, b.queue(t, reminder.Email))
 }
 
+// Regression (issue 13, finding 1): nudgectl dlq refused a queue deeper
+// than one consumer's prefetch (65,534), blocking list, replay and expire.
+// With pages of 2 standing for pages of 65,535: list shows every message in
+// order, expire acts on messages of every page, and the rest stays in order.
+func TestDLQCommandsReadInPages(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	now := time.Now()
+	var want []string
+	var ids []int64
+	for i := range 5 {
+		id, m := b.quarantinedWithMessage(t, fmt.Sprintf("q%d", i), now.Add(3*time.Hour), "quarantined: the send panicked: boom")
+		want, ids = append(want, m), append(ids, id)
+	}
+	res := b.dlq("list", "--channel", "email", "--page-size", "2")
+	require.NoError(t, res.err, res.stderr)
+	rows := listRowRE.FindAllStringSubmatch(res.stdout, -1)
+	require.Len(t, rows, 5, res.stdout)
+	for i, r := range rows {
+		require.Equal(t, []string{fmt.Sprint(i + 1), fmt.Sprint(ids[i])}, r[1:3])
+	}
+	require.Equal(t, want, b.queue(t, reminder.Email))
+
+	res = b.dlq("expire", "--channel", "email", "--page-size", "2", "--id", fmt.Sprint(ids[1]), "--id", fmt.Sprint(ids[4]),
+		"--reason", "poison", "--actor", "bob")
+	require.NoError(t, res.err, res.stderr)
+	require.Equal(t, []string{want[0], want[2], want[3]}, b.queue(t, reminder.Email))
+	st, _, _ := opstest.State(t, b.db.Pool, ids[4])
+	require.Equal(t, reminder.Expired, st)
+}
+
 func TestDLQReplay(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)

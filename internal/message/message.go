@@ -9,6 +9,7 @@
 package message
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -66,7 +67,18 @@ var (
 	ErrUnknownKey   = errors.New("message is signed with an unknown key id")
 	ErrBadSignature = errors.New("message signature does not verify")
 	ErrMalformed    = errors.New("message body is malformed")
+	// ErrTooLarge: the body is longer than MaxBodyBytes. Checked first, so
+	// an oversized body costs no HMAC and no decoding.
+	ErrTooLarge = errors.New("message body is too large")
 )
+
+// MaxBodyBytes bounds a message body. An envelope is a pointer to work,
+// about 300 bytes; the largest Seal can produce (a tenant of
+// intake.MaxTenantChars four-byte characters) is under 1 KiB. A worker
+// refuses anything longer before verifying it, so a junk body cannot make
+// it spend memory or CPU; the broker's own max_message_size
+// (deploy/rabbitmq/rabbitmq.conf) bounds what reaches it at all.
+const MaxBodyBytes = 4 << 10
 
 // Keyring holds the signing keys.
 type Keyring struct {
@@ -129,15 +141,23 @@ func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err e
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding message for reminder %d: %w", env.ReminderID, err)
 	}
+	if len(body) > MaxBodyBytes {
+		return nil, nil, fmt.Errorf("encoding message for reminder %d: %w: %d bytes, the limit is %d",
+			env.ReminderID, ErrTooLarge, len(body), MaxBodyBytes)
+	}
 	return body, map[string]any{
 		HeaderKeyID:     k.active,
 		HeaderSignature: hex.EncodeToString(k.mac(k.active, body)),
 	}, nil
 }
 
-// Open verifies the signature in headers over body and decodes it.
+// Open verifies the signature in headers over body and decodes it. A body
+// longer than MaxBodyBytes is refused before anything else (ErrTooLarge).
 func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	var env Envelope
+	if len(body) > MaxBodyBytes {
+		return env, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(body), MaxBodyBytes)
+	}
 	kid, _ := headers[HeaderKeyID].(string)
 	sig, _ := headers[HeaderSignature].(string)
 	if kid == "" || sig == "" {
@@ -150,7 +170,7 @@ func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	if err != nil || !hmac.Equal(got, k.mac(kid, body)) {
 		return env, ErrBadSignature
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&env); err != nil {
 		return env, fmt.Errorf("%w: %v", ErrMalformed, err)

@@ -82,3 +82,33 @@ func TestParseKeysErrors(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, "spec %q", tc.spec)
 	}
 }
+
+// Regression (issue 13, finding 1): a worker verified and decoded a body of
+// any size (one 26 MB message took an SMS worker from 33 to 136 MB). A body
+// over MaxBodyBytes is refused before the HMAC, even with a valid signature,
+// and the largest envelope Seal can make fits well within it.
+func TestOpenRefusesAnOversizedBodyBeforeVerifying(t *testing.T) {
+	t.Parallel()
+	k, err := ParseKeys("k1:0123456789abcdef0123")
+	require.NoError(t, err)
+
+	huge := make([]byte, MaxBodyBytes+1)
+	_, err = k.Open(huge, SignForTest(k, huge))
+	require.ErrorIs(t, err, ErrTooLarge)
+	_, err = k.Open(huge, nil)
+	require.ErrorIs(t, err, ErrTooLarge, "checked before the signature headers")
+
+	largest := Envelope{ReminderID: 1<<63 - 1, Fence: 1<<63 - 1, Attempt: 1<<31 - 1,
+		IdempotencyKey: "nudge-" + strings.Repeat("f", 64), Channel: "email",
+		Tenant:   strings.Repeat("\U0001F600", 128), // intake.MaxTenantChars of the widest characters
+		Deadline: time.Now(), FirstSeen: time.Now(), NotBefore: time.Now()}
+	body, hdr, err := k.Seal(largest)
+	require.NoError(t, err)
+	require.Less(t, len(body), MaxBodyBytes/2)
+	got, err := k.Open(body, hdr)
+	require.NoError(t, err)
+	require.Equal(t, largest.Tenant, got.Tenant)
+
+	_, _, err = k.Seal(Envelope{ReminderID: 1, Channel: "email", Tenant: strings.Repeat("x", MaxBodyBytes)})
+	require.ErrorIs(t, err, ErrTooLarge, "Seal never makes a body Open would refuse")
+}

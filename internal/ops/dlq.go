@@ -23,32 +23,49 @@ var (
 	// the queue. Reads are exclusive so that two of them cannot interleave
 	// the messages they return.
 	ErrDLQBusy = errors.New("another consumer is reading the dead-letter queue; try again when it is done")
-	// ErrDLQTooLarge: the queue holds more messages than one read may hold.
+	// ErrDLQTooLarge: the queue holds more messages than DLQ.MaxMessages.
 	ErrDLQTooLarge = errors.New("the dead-letter queue holds more messages than one read may hold")
 	// ErrDLQMissing: the queue does not exist (wrong --queue-prefix, or no
 	// Nudge binary has declared the topology yet).
 	ErrDLQMissing = errors.New("the dead-letter queue does not exist")
 )
 
-// MaxDLQRead is the most messages one read can hold: the AMQP prefetch count
-// is 16 bits (a read asks for one more than it may hold, to notice a queue
-// that is deeper), and a read must hold the whole queue (see DLQ).
-const MaxDLQRead = 65534
+// MaxDLQPage is the most messages one consumer of a read can hold: the AMQP
+// prefetch count is 16 bits. A deeper queue is read in several pages (see
+// DLQ).
+const MaxDLQPage = 65535
+
+// MaxDeadLetterBody bounds the body a read keeps of each message (and shows):
+// a real message is far smaller (message.MaxBodyBytes); what is longer is
+// junk, kept as its first bytes and its length.
+const MaxDeadLetterBody = 16 << 10
 
 // DLQ reads a channel's dead-letter queue without losing, reordering or
 // re-counting its messages, and acknowledges only the messages an operator
 // decided about.
 //
 // How (RabbitMQ 3.10 quorum queues, checked by TestDLQReadKeepsOrder): a
-// read consumes the WHOLE queue with manual acknowledgement, exclusively,
-// with a prefetch equal to its depth, then closes its channel without
-// acknowledging; the broker returns every message. Returned messages go to
-// the back of the queue's "returned" list, which is served before messages
-// never delivered, in the order they were returned. Returning the whole
-// queue therefore keeps its order; returning only a prefix (a partial read,
-// or the management UI's "get N") moves that prefix behind the rest, which
-// is why a read refuses a queue larger than it may hold instead of reading
-// part of it. Each read raises every message's x-delivery-count by one (the
+// read takes the WHOLE queue with manual acknowledgement and holds every
+// message until it is done, then returns them all unacknowledged, in the
+// order they came. Returned messages go to the back of the queue's
+// "returned" list, which is served before messages never delivered, in the
+// order they were returned. Returning the whole queue therefore keeps its
+// order; returning only a prefix (a read in pages that gave each page back
+// before taking the next, or the management UI's "get N") moves that prefix
+// behind the rest (TestQuorumQueueReturnsMovePrefixBehind).
+//
+// A read holds the queue in pages of PageSize messages, one exclusive
+// consumer each on the same channel (exclusive also keeps a second
+// nudgectl out): once a page's consumer holds its prefetch, it is
+// cancelled, keeping its messages, and the next page's consumer receives the
+// messages after them. Close gives the pages back one after the other, each
+// in order (TestDLQReadPagesKeepOrder). One gap remains: between one
+// page's cancel and the next page's consume (a round trip), a second
+// reader that starts at that moment can take the queue. This read then
+// fails busy and gives its pages back, which the other reads after the
+// rest: nothing is lost or decided twice, but the queue's order is rotated
+// by those pages.
+// Each read raises every message's x-delivery-count by one (the
 // dead-letter queues have no delivery limit, so nothing is dropped); the
 // receive count shown is the worker's own x-nudge-receive-count, which
 // reads do not change, and Reads shows x-delivery-count for what it is.
@@ -61,8 +78,14 @@ type DLQ struct {
 	// dead-lettered itself (delivery_limit, no x-nudge headers) can name its
 	// reminder. Nil: only the worker's x-nudge-reminder-id header names one.
 	Keys *message.Keyring
-	// MaxMessages refuses a queue deeper than this. Zero value: 50,000; at most MaxDLQRead.
+	// MaxMessages refuses a queue deeper than this, which bounds a read's
+	// memory; the dead-letter queues hold at most Topology.DeadMaxLength
+	// messages. Zero value: twice Topology.DeadMaxLength.
 	MaxMessages int
+	// PageSize is how many messages each of the read's consumers holds
+	// (its prefetch). Zero value: MaxDLQPage; at most MaxDLQPage. Tests
+	// lower it to read a deep queue without 65,535 messages.
+	PageSize int
 	// Wait bounds how long a read waits for the messages the queue said it
 	// holds. Zero value: 10 seconds.
 	Wait time.Duration
@@ -102,14 +125,21 @@ type DeadLetter struct {
 	// Reads counts earlier deliveries from the dead-letter queue itself
 	// (x-delivery-count): every read that returned it, nudgectl's included.
 	Reads int64 `json:"reads"`
-	// Headers and Body are the message as stored.
-	Headers amqp.Table `json:"headers"`
-	Body    string     `json:"body"`
+	// Headers and Body are the message as stored; Body at most its first
+	// MaxDeadLetterBody bytes, of BodyBytes.
+	Headers   amqp.Table `json:"headers"`
+	Body      string     `json:"body"`
+	BodyBytes int        `json:"body_bytes"`
 	// Row is the reminder's current row (nil: not loaded, or none).
 	Row *DeadLetterRow `json:"row,omitempty"`
 
-	tag uint64
+	tag   uint64
+	page  int // of the read, from 1: the consumer that received it
+	acked bool
 }
+
+// BodyTruncated reports whether Body holds only the start of the body.
+func (m *DeadLetter) BodyTruncated() bool { return len(m.Body) < m.BodyBytes }
 
 // DeadLetterRow is the part of a reminder row an operator decides on.
 type DeadLetterRow struct {
@@ -152,6 +182,7 @@ type DLQRead struct {
 	conn  *amqp.Connection
 	ch    *amqp.Channel
 	acked int
+	pages int // consumers started, one a page
 }
 
 // Read consumes every message of channel's dead-letter queue and holds them
@@ -163,9 +194,12 @@ func (d DLQ) Read(ctx context.Context, channel reminder.Channel) (*DLQRead, erro
 	topo := d.Topology.WithDefaults()
 	maxMsgs := d.MaxMessages
 	if maxMsgs <= 0 {
-		maxMsgs = 50_000
+		maxMsgs = 2 * topo.DeadMaxLength
 	}
-	maxMsgs = min(maxMsgs, MaxDLQRead)
+	page := d.PageSize
+	if page <= 0 || page > MaxDLQPage {
+		page = MaxDLQPage
+	}
 	wait := d.Wait
 	if wait <= 0 {
 		wait = 10 * time.Second
@@ -210,23 +244,20 @@ func (d DLQ) Read(ctx context.Context, channel reminder.Channel) (*DLQRead, erro
 	}
 	if r.Depth > maxMsgs {
 		r.Close()
-		return nil, fmt.Errorf("%w: %s holds %d, the limit is %d (reading part of a quorum queue reorders it)",
+		return nil, fmt.Errorf("%w: %s holds %d, the limit is %d (--max-messages; reading part of a quorum queue reorders it)",
 			ErrDLQTooLarge, r.Queue, r.Depth, maxMsgs)
 	}
-	// The prefetch is the limit, not the depth: messages another reader just
+	// The prefetch is the page, not the depth: messages another reader just
 	// gave back may still be on their way into the queue (returns are
 	// asynchronous), and they must be read too.
-	if err := ch.Qos(maxMsgs+1, 0, false); err != nil {
+	if err := ch.Qos(page, 0, false); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("setting prefetch: %w", err)
 	}
-	deliveries, err := ch.Consume(r.Queue, "nudgectl-dlq-read", false, true, false, false, nil)
+	deliveries, err := r.consumePage()
 	if err != nil {
 		r.Close()
-		if isAMQPCode(err, amqp.AccessRefused) || isAMQPCode(err, amqp.ResourceLocked) {
-			return nil, fmt.Errorf("%w (%s)", ErrDLQBusy, r.Queue)
-		}
-		return nil, fmt.Errorf("reading %s: %w", r.Queue, err)
+		return nil, err
 	}
 	// Read the depth announced, then until the queue stays quiet for the
 	// settle time.
@@ -241,13 +272,23 @@ func (d DLQ) Read(ctx context.Context, channel reminder.Channel) (*DLQRead, erro
 				r.Close()
 				return nil, fmt.Errorf("reading %s: the broker closed the channel", r.Queue)
 			}
-			r.Messages = append(r.Messages, d.parse(dv, len(r.Messages)+1))
+			m := d.parse(dv, len(r.Messages)+1)
+			m.page = r.pages
+			r.Messages = append(r.Messages, m)
 			if len(r.Messages) > maxMsgs {
-				// It grew past the limit while being read. What grew is new
-				// dead letters, behind everything read so far, so giving
-				// back what was read keeps the order.
+				// It grew past the limit while being read. What grew is
+				// new dead letters, behind everything read so far, so
+				// giving back what was read keeps the order.
 				r.Close()
 				return nil, fmt.Errorf("%w: %s grew past %d while being read", ErrDLQTooLarge, r.Queue, maxMsgs)
+			}
+			if len(r.Messages) == r.pages*page {
+				// This page's consumer is full: the next one takes the
+				// messages after it.
+				if deliveries, err = r.consumePage(); err != nil {
+					r.Close()
+					return nil, err
+				}
 			}
 			quiet.Reset(settle)
 		case <-quiet.C:
@@ -256,7 +297,7 @@ func (d DLQ) Read(ctx context.Context, channel reminder.Channel) (*DLQRead, erro
 			}
 			quiet.Reset(settle)
 		case <-deadline.C:
-			r.Incomplete = true
+			r.Incomplete = len(r.Messages) < r.Depth
 			return r, nil
 		case <-ctx.Done():
 			r.Close()
@@ -265,6 +306,28 @@ func (d DLQ) Read(ctx context.Context, channel reminder.Channel) (*DLQRead, erro
 	}
 }
 
+// consumePage starts the read's next page: it stops the consumer of the
+// previous page, which keeps holding its messages, and starts an exclusive
+// consumer (prefetch: the page size) that receives the messages after them.
+func (r *DLQRead) consumePage() (<-chan amqp.Delivery, error) {
+	if r.pages > 0 {
+		if err := r.ch.Cancel(r.consumerTag(), false); err != nil {
+			return nil, fmt.Errorf("reading %s past its first %d messages: %w", r.Queue, len(r.Messages), err)
+		}
+	}
+	r.pages++
+	deliveries, err := r.ch.Consume(r.Queue, r.consumerTag(), false, true, false, false, nil)
+	if isAMQPCode(err, amqp.AccessRefused) || isAMQPCode(err, amqp.ResourceLocked) {
+		return nil, fmt.Errorf("%w (%s)", ErrDLQBusy, r.Queue)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", r.Queue, err)
+	}
+	return deliveries, nil
+}
+
+func (r *DLQRead) consumerTag() string { return fmt.Sprintf("nudgectl-dlq-read-%d", r.pages) }
+
 func isAMQPCode(err error, code int) bool {
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == code
@@ -272,7 +335,8 @@ func isAMQPCode(err error, code int) bool {
 
 func (d DLQ) parse(dv amqp.Delivery, pos int) *DeadLetter {
 	m := &DeadLetter{
-		Position: pos, MessageID: dv.MessageId, Headers: dv.Headers, Body: string(dv.Body), tag: dv.DeliveryTag,
+		Position: pos, MessageID: dv.MessageId, Headers: dv.Headers, tag: dv.DeliveryTag,
+		Body: string(dv.Body[:min(len(dv.Body), MaxDeadLetterBody)]), BodyBytes: len(dv.Body),
 		Reason: headerString(dv.Headers, message.HeaderReason), ReceiveCount: headerInt(dv.Headers, message.HeaderReceiveCount),
 		Reads: headerInt(dv.Headers, "x-delivery-count"),
 	}
@@ -415,6 +479,7 @@ func (r *DLQRead) ack(msgs []*DeadLetter) error {
 		if err := r.ch.Ack(m.tag, false); err != nil {
 			return fmt.Errorf("acknowledging message %s: %w", m.MessageID, err)
 		}
+		m.acked = true
 		r.acked++
 	}
 	if _, err := r.ch.QueueDeclarePassive(r.Queue, true, false, false, false, nil); err != nil {
@@ -430,7 +495,22 @@ func (r *DLQRead) ack(msgs []*DeadLetter) error {
 func (r *DLQRead) Close() error {
 	var err error
 	if r.ch != nil {
-		err = r.ch.Close()
+		if r.pages > 1 {
+			// Closing the channel would return every page at once, in an
+			// order of the broker's choosing: stop the last consumer (or it
+			// would take back what is returned), then give the pages back
+			// one after the other, each with one multiple nack naming its
+			// last message still held (the channel sends them in order).
+			err = r.ch.Cancel(r.consumerTag(), false)
+			for _, tag := range r.lastHeld() {
+				if err == nil && tag > 0 {
+					err = r.ch.Nack(tag, true, true)
+				}
+			}
+		}
+		if cerr := r.ch.Close(); err == nil {
+			err = cerr
+		}
 		r.ch = nil
 		if held := len(r.Messages) - r.acked; held > 0 && err == nil && r.conn != nil && !r.conn.IsClosed() {
 			r.awaitReturns(held)
@@ -446,6 +526,18 @@ func (r *DLQRead) Close() error {
 		err = nil
 	}
 	return err
+}
+
+// lastHeld returns, for each page in order, the delivery tag of its last
+// message still held (not acknowledged), or 0.
+func (r *DLQRead) lastHeld() []uint64 {
+	last := make([]uint64, r.pages)
+	for _, m := range r.Messages {
+		if !m.acked {
+			last[m.page-1] = max(last[m.page-1], m.tag)
+		}
+	}
+	return last
 }
 
 // awaitReturns polls the queue's ready count until it holds at least the

@@ -2,7 +2,9 @@ package ops_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,8 +108,8 @@ func TestQuorumQueueReturnsMovePrefixBehind(t *testing.T) {
 		"a partial read moved the head behind the rest")
 }
 
-// A queue deeper than the read may hold is refused rather than read in part
-// (which would reorder it), and is left untouched.
+// A queue deeper than MaxMessages (the memory bound of a read) is refused
+// rather than read in part (which would reorder it), and is left untouched.
 func TestDLQReadRefusesTooDeepAQueue(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t)
@@ -117,6 +119,121 @@ func TestDLQReadRefusesTooDeepAQueue(t *testing.T) {
 	_, err := d.Read(context.Background(), reminder.Email)
 	require.ErrorIs(t, err, ops.ErrDLQTooLarge)
 	require.Equal(t, want, opstest.QueueIDs(t, b.mq.URL, b.mq.Topology, reminder.Email))
+}
+
+// Regression (issue 13, finding 1): past 65,534 dead letters (one consumer's
+// largest prefetch) nudgectl dlq refused to read, which blocked replay and
+// expire exactly when an operator needed them. A read now holds the first
+// page with its consumer and takes the rest with basic.get; here pages of 3
+// stand for pages of 65,535. The whole queue is read in order, decisions
+// acknowledge messages of either part, and what is left goes back in order.
+func TestDLQReadPagesKeepOrder(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t)
+	want := b.deadLetters(t, 8)
+	d := b.dlq
+	d.PageSize = 3
+
+	for read := range 3 {
+		r, err := d.Read(context.Background(), reminder.Email)
+		require.NoError(t, err)
+		require.False(t, r.Incomplete)
+		require.Equal(t, 8, r.Depth)
+		var got []string
+		for i, m := range r.Messages {
+			got = append(got, m.MessageID)
+			require.Equal(t, i+1, m.Position)
+			require.Equal(t, int64(2*read), m.Reads, "x-delivery-count: this test reads twice a round")
+		}
+		require.Equal(t, want, got, "read %d: every message, in order", read)
+		require.NoError(t, r.Close())
+		require.Equal(t, want, opstest.QueueIDs(t, b.mq.URL, b.mq.Topology, reminder.Email), "read %d: order kept", read)
+	}
+
+	// Expire drops messages naming reminders that do not exist: one from
+	// the consumer's page (2), two taken by get (6, and 8 the last).
+	r, err := d.Read(context.Background(), reminder.Email)
+	require.NoError(t, err)
+	require.NoError(t, r.LoadRows(context.Background(), b.db.Pool))
+	res, err := ops.DecideDLQ(context.Background(), b.db.Pool, r, time.Now(), ops.DLQExpire,
+		ops.DLQSelector{IDs: []int64{2, 6, 8}}, ops.Decision{Actor: "alice", Reason: "gone"})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Acked())
+	require.NoError(t, r.Close())
+	left := []string{want[0], want[2], want[3], want[4], want[6]}
+	require.Equal(t, left, opstest.QueueIDs(t, b.mq.URL, b.mq.Topology, reminder.Email))
+
+	// Every message of the first page acknowledged: only the rest goes back.
+	r, err = d.Read(context.Background(), reminder.Email)
+	require.NoError(t, err)
+	require.NoError(t, r.LoadRows(context.Background(), b.db.Pool))
+	_, err = ops.DecideDLQ(context.Background(), b.db.Pool, r, time.Now(), ops.DLQExpire,
+		ops.DLQSelector{IDs: []int64{1, 3, 4}}, ops.Decision{Actor: "alice", Reason: "gone"})
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	require.Equal(t, []string{want[4], want[6]}, opstest.QueueIDs(t, b.mq.URL, b.mq.Topology, reminder.Email))
+}
+
+// Regression (issue 13, finding 1): a dropped junk body went into
+// operator_audit.detail whole (5 MB), and a body PostgreSQL cannot store
+// (a NUL) would have failed the decision. The audit keeps at most
+// MaxAuditBody bytes, says it cut it and how long it was, and stores what is
+// not text as base64; a read keeps at most MaxDeadLetterBody of a body.
+func TestDLQAuditBoundsDroppedBodies(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t)
+	big := strings.Repeat("é", 20<<10) // 40 KiB, a character cut at the boundary
+	binary := "\x00\xff junk"
+	opstest.Publish(t, b.mq.URL, b.mq.Topology, b.keys,
+		opstest.DeadLetter{Body: big, Reason: "unverifiable", MessageID: "big"},
+		opstest.DeadLetter{Body: binary, Reason: "unverifiable", MessageID: "bin\x00ary"},
+		opstest.DeadLetter{Body: "short", Reason: "unverifiable", MessageID: "short"})
+
+	r, err := b.dlq.Read(context.Background(), reminder.Email)
+	require.NoError(t, err)
+	require.Len(t, r.Messages[0].Body, ops.MaxDeadLetterBody)
+	require.Equal(t, len(big), r.Messages[0].BodyBytes)
+	require.True(t, r.Messages[0].BodyTruncated())
+	require.False(t, r.Messages[2].BodyTruncated())
+	res, err := ops.DecideDLQ(context.Background(), b.db.Pool, r, time.Now(), ops.DLQExpire,
+		ops.DLQSelector{All: true}, ops.Decision{Actor: "alice", Reason: "junk"})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Acked())
+	require.NoError(t, r.Close())
+
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT message_id, detail FROM operator_audit ORDER BY id`)
+	require.NoError(t, err)
+	type detail struct {
+		Body      *string `json:"body"`
+		Base64    *string `json:"body_base64"`
+		Bytes     int     `json:"body_bytes"`
+		Truncated bool    `json:"body_truncated"`
+	}
+	var ids []string
+	var dets []detail
+	for rows.Next() {
+		var id string
+		var det detail
+		require.NoError(t, rows.Scan(&id, &det))
+		ids, dets = append(ids, id), append(dets, det)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"big", "bin\uFFFDary", "short"}, ids)
+
+	require.NotNil(t, dets[0].Body)
+	require.LessOrEqual(t, len(*dets[0].Body), ops.MaxAuditBody)
+	require.Greater(t, len(*dets[0].Body), ops.MaxAuditBody-4)
+	require.True(t, strings.HasPrefix(big, *dets[0].Body), "cut on a character boundary")
+	require.Equal(t, detail{Body: dets[0].Body, Bytes: len(big), Truncated: true}, dets[0])
+
+	require.Nil(t, dets[1].Body)
+	require.NotNil(t, dets[1].Base64)
+	require.Equal(t, base64.StdEncoding.EncodeToString([]byte(binary)), *dets[1].Base64)
+	require.False(t, dets[1].Truncated)
+
+	require.Equal(t, "short", *dets[2].Body)
+	require.Equal(t, 5, dets[2].Bytes)
+	require.False(t, dets[2].Truncated)
 }
 
 // Two operators cannot read the same queue at once: their returns would

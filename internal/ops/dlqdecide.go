@@ -2,12 +2,14 @@ package ops
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -215,7 +217,7 @@ func DecideDLQ(ctx context.Context, db pg.Beginner, read *DLQRead, now time.Time
 		}
 		ack = append(ack, it.Message)
 		actions = append(actions, "dlq."+strings.SplitN(string(it.Verdict), ":", 2)[0])
-		msgIDs = append(msgIDs, it.Message.MessageID)
+		msgIDs = append(msgIDs, pgText(it.Message.MessageID))
 		remIDs = append(remIDs, it.Message.ReminderID)
 		details = append(details, auditDetail(it))
 	}
@@ -269,8 +271,49 @@ func auditDetail(it *DLQItem) []byte {
 		det["fence"] = m.Row.Fence
 	}
 	if m.ReminderID == 0 || !m.Verified {
-		det["body"] = m.Body // nothing else records what was dropped
+		auditBody(det, m) // nothing else records what was dropped
+	}
+	for k, v := range det {
+		if s, ok := v.(string); ok {
+			det[k] = pgText(s)
+		}
 	}
 	b, _ := json.Marshal(det)
 	return b
+}
+
+// MaxAuditBody bounds the body an operator_audit row keeps of a dropped
+// message: enough to recognise it, never the whole of a junk body.
+const MaxAuditBody = 2 << 10
+
+// auditBody records m's body in det: at most MaxAuditBody bytes of it, as
+// text when it is text PostgreSQL can store, else base64, with its length
+// and whether it was cut.
+func auditBody(det map[string]any, m *DeadLetter) {
+	body := m.Body
+	if len(body) > MaxAuditBody {
+		body = body[:MaxAuditBody]
+		// Not in the middle of a character: drop the start of one cut off.
+		for range utf8.UTFMax - 1 {
+			if r, size := utf8.DecodeLastRuneInString(body); r != utf8.RuneError || size != 1 {
+				break
+			}
+			body = body[:len(body)-1]
+		}
+	}
+	if utf8.ValidString(body) && !strings.ContainsRune(body, 0) {
+		det["body"] = body
+	} else {
+		det["body_base64"] = base64.StdEncoding.EncodeToString([]byte(body))
+	}
+	det["body_bytes"] = m.BodyBytes
+	if len(body) < m.BodyBytes {
+		det["body_truncated"] = true
+	}
+}
+
+// pgText makes s storable in PostgreSQL text and jsonb: invalid UTF-8 and
+// NUL characters (which a message ID or header may hold) become U+FFFD.
+func pgText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

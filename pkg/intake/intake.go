@@ -140,6 +140,18 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		dues, deadlines = make([]*time.Time, n), make([]*time.Time, n)
 	)
 	for i, r := range reqs {
+		// What PostgreSQL would refuse for the whole statement is refused
+		// here for its own request: it is sent as empty strings and NULLs,
+		// which the function reports as invalid too, and keeps this error.
+		if verr := checkText(r); verr != nil {
+			out[i].Err = verr
+			continue
+		}
+		data, err := marshalData(r.Data)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
 		tenants[i], keys[i], channels[i] = r.Tenant, r.Key, string(r.Channel)
 		recipients[i], templates[i] = r.Recipient, r.Template
 		if !r.DueAt.IsZero() {
@@ -147,11 +159,6 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		}
 		if !r.Deadline.IsZero() {
 			deadlines[i] = &reqs[i].Deadline
-		}
-		data, err := marshalData(r.Data)
-		if err != nil {
-			out[i].Err = err
-			continue // sent as NULL data: the function reports it as invalid too
 		}
 		datas[i] = &data
 	}
@@ -186,6 +193,7 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 }
 
 func marshalData(d any) (string, error) {
+	var b []byte
 	switch v := d.(type) {
 	case nil:
 		return "{}", nil
@@ -193,14 +201,15 @@ func marshalData(d any) (string, error) {
 		if len(v) == 0 {
 			return "{}", nil
 		}
-		if !json.Valid(v) {
-			return "", &ValidationError{Field: "data", Reason: "must be a JSON object"}
+		b = v
+	default:
+		var err error
+		if b, err = json.Marshal(d); err != nil {
+			return "", &ValidationError{Field: "data", Reason: "must be a JSON object: " + err.Error()}
 		}
-		return string(v), nil
 	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		return "", &ValidationError{Field: "data", Reason: "must be a JSON object: " + err.Error()}
+	if verr := CheckData(b); verr != nil {
+		return "", verr
 	}
 	return string(b), nil
 }
