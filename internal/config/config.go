@@ -106,8 +106,11 @@ type Common struct {
 	// at start instead of only checking that what it uses exists. Zero
 	// value: check only (the migration step declares; internal/broker).
 	DeclareTopology bool
-	LogLevel        string
-	LogFormat       string
+	// PublishTimeout bounds one confirmed publish batch
+	// (broker.Publisher.Timeout). Zero value: broker.DefaultPublishTimeout.
+	PublishTimeout time.Duration
+	LogLevel       string
+	LogFormat      string
 }
 
 // Defaults for local development.
@@ -130,6 +133,8 @@ func (c *Common) RegisterBroker(fs *pflag.FlagSet) {
 	fs.StringVar(&c.SigningKeys, "signing-keys", "",
 		"message signing keys, KID:SECRET[,KID:SECRET...]; the first signs, all verify (required)")
 	fs.StringVar(&c.QueuePrefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
+	fs.DurationVar(&c.PublishTimeout, "publish-timeout", broker.DefaultPublishTimeout,
+		"bound on publishing a batch and waiting for its confirmations; past it the messages count as unconfirmed")
 	fs.BoolVar(&c.DeclareTopology, "declare-topology", false,
 		"declare the whole broker topology at start (needs configure permission on it; development only: "+
 			"in production the migration step, nudgectl migrate --declare-topology, declares it and this process only checks it exists)")
