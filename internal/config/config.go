@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -197,9 +198,29 @@ func (c *Common) Topology() broker.Topology {
 
 // Pool connects to PostgreSQL and checks the connection.
 func (c *Common) Pool(ctx context.Context) (*pgxpool.Pool, error) {
+	return c.PoolWith(ctx, DBTimeouts{})
+}
+
+// DBTimeouts bound every session of a process's pool, whatever role it logs
+// in as (a superuser in development too): statement_timeout, lock_timeout
+// and idle_in_transaction_session_timeout. Zero: that one is not set (the
+// server's or the role's setting applies). A parameter given in
+// --database-url wins.
+type DBTimeouts struct {
+	Statement, Lock, IdleInTransaction time.Duration
+}
+
+// PoolWith is Pool with the session timeouts t.
+func (c *Common) PoolWith(ctx context.Context, t DBTimeouts) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
+	}
+	for name, d := range map[string]time.Duration{"statement_timeout": t.Statement, "lock_timeout": t.Lock,
+		"idle_in_transaction_session_timeout": t.IdleInTransaction} {
+		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set && d > 0 {
+			cfg.ConnConfig.RuntimeParams[name] = strconv.FormatInt(d.Milliseconds(), 10)
+		}
 	}
 	// Nudge's statements are short and run thousands of times; PostgreSQL's
 	// JIT compiles a plan whose estimated cost passes jit_above_cost on every

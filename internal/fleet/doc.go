@@ -60,12 +60,12 @@ type publishing struct {
 // does not stop it: the database's work (expiry, leases, retention) goes
 // on, and the topology is checked again before anything is claimed for
 // publishing (Enqueuer.BrokerReady).
-func startPublishing(ctx context.Context, c *config.Common, component string, env Env) (*publishing, error) {
+func startPublishing(ctx context.Context, c *config.Common, component string, timeouts config.DBTimeouts, env Env) (*publishing, error) {
 	keys, err := c.Keys()
 	if err != nil {
 		return nil, err
 	}
-	pool, err := c.Pool(ctx)
+	pool, err := c.PoolWith(ctx, timeouts)
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func (o *Reconciler) Run(ctx context.Context, env Env) error {
 	if err := o.Retention.Validate(); err != nil {
 		return err
 	}
-	p, err := startPublishing(ctx, &o.Common, "reconciler", env)
+	p, err := startPublishing(ctx, &o.Common, "reconciler", reconcilerTimeouts, env)
 	if err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 		return err
 	}
 	defer closeSender()
-	pool, err := o.Common.Pool(ctx)
+	pool, err := o.Common.PoolWith(ctx, workerTimeouts)
 	if err != nil {
 		return err
 	}
