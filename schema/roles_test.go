@@ -629,6 +629,11 @@ func TestDispatcherHeartbeatAndReconcilerGaugesUnderTheirRoles(t *testing.T) {
 	b.schedule(t, "acme", "k", b.now.Add(time.Hour))
 	disp, _ := b.login(t, "nudge_dispatcher")
 	require.NoError(t, dispatch.RecordRun(ctx, disp, "d", dispatch.Summary{Cutoff: b.now}, b.now, nil))
+	// A run that cannot publish expires what is late (issue 13, finding 7).
+	late := b.now.Add(2 * time.Hour)
+	expired, err := dispatch.ExpireDue(ctx, disp, late, late, 10, "d")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"email": 1}, expired)
 
 	rec, _ := b.login(t, "nudge_reconciler")
 	reg := prometheus.NewRegistry()

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/internal/store"
@@ -120,6 +121,11 @@ func writers() []writer {
 		{file: storeSQL, name: "ClaimDue", actors: []reminder.Actor{reminder.Dispatcher},
 			runs: one("", func(t *testing.T, f *fixture) {
 				_, err := f.st.ClaimDue(ctx, tNow, tNow, 10000, time.Minute, "d")
+				require.NoError(t, err)
+			})},
+		{file: "internal/dispatch/queries.sql", name: "ExpireDue", actors: []reminder.Actor{reminder.Dispatcher},
+			runs: one("", func(t *testing.T, f *fixture) {
+				_, err := dispatch.ExpireDue(ctx, f.st.Pool(), tNow, tNow, 10000, "d")
 				require.NoError(t, err)
 			})},
 		{file: storeSQL, name: "Reclaim", actors: []reminder.Actor{reminder.Reconciler},

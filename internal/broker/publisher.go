@@ -1,10 +1,12 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nudgehq/nudge/internal/redact"
@@ -19,10 +21,17 @@ var (
 	// ErrUnroutable: the broker confirmed the message but no queue took it
 	// (mandatory publish returned): a binding is missing.
 	ErrUnroutable = errors.New("message was returned unroutable")
-	// ErrNotConfirmed: the channel closed before the confirmation arrived;
-	// the message may or may not be queued.
+	// ErrNotConfirmed: the channel closed, or the publish timeout passed,
+	// before the confirmation arrived; the message may or may not be queued.
 	ErrNotConfirmed = errors.New("message was not confirmed")
+	// ErrBlocked: the broker blocks this connection's publishers (a memory or
+	// disk alarm; connection.blocked). PublishBatch fails at once with it,
+	// every message unsent, instead of waiting for the alarm to clear.
+	ErrBlocked = errors.New("the broker is blocking publishers")
 )
+
+// DefaultPublishTimeout is Publisher.Timeout's zero value.
+const DefaultPublishTimeout = 30 * time.Second
 
 // Outgoing is one message to publish.
 type Outgoing struct {
@@ -36,17 +45,48 @@ type Outgoing struct {
 // on a connection of its own (so broker flow control on publishers never
 // stalls a consumer). It redials lazily after a connection or channel loss,
 // and on each new connection checks that the topology's exchanges exist (it
-// never declares them).
+// never declares them). No publish waits without bound: while the broker
+// blocks the connection (a resource alarm) PublishBatch fails at once with
+// ErrBlocked, and every batch is bounded by Timeout even when the caller's
+// context has no deadline.
 // Safe for concurrent use; batches are published one at a time.
 type Publisher struct {
 	url  string
 	topo Topology
 	name string
+	// Timeout bounds one PublishBatch: publishing, waiting for the
+	// confirmations, and a write stuck on a stalled connection (which is
+	// then closed). Set it before the first publish. Zero value:
+	// DefaultPublishTimeout.
+	Timeout time.Duration
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	// blockings is the current connection's NotifyBlocked channel, drained
+	// by watchBlocked into block (a test hook delivers into it too).
+	blockings chan amqp.Blocking
+	block     atomic.Pointer[blockState]
+}
+
+// blockState is whether one connection is blocked, and why.
+type blockState struct {
+	mu     sync.Mutex
+	active bool
+	reason string
+}
+
+func (b *blockState) set(active bool, reason string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.active, b.reason = active, reason
+}
+
+func (b *blockState) get() (bool, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.active, b.reason
 }
 
 // confirmWindow bounds the messages published before waiting for their
@@ -107,15 +147,49 @@ func (p *Publisher) ensure() error {
 		return fmt.Errorf("enabling publisher confirms: %w", err)
 	}
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, confirmWindow+1))
+	// Buffered and drained until the library closes it with the connection.
+	p.blockings = conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	st := &blockState{}
+	p.block.Store(st)
+	go watchBlocked(p.blockings, st)
 	p.conn, p.ch = conn, ch
 	return nil
 }
 
+// watchBlocked records the broker's connection.blocked and
+// connection.unblocked for one connection until it closes.
+func watchBlocked(blockings <-chan amqp.Blocking, st *blockState) {
+	for b := range blockings {
+		st.set(b.Active, b.Reason)
+	}
+	st.set(false, "")
+}
+
+// Blocked reports whether the broker blocks this publisher's connection (a
+// memory or disk alarm), and why. A process that publishes is not ready
+// while it is.
+func (p *Publisher) Blocked() (bool, string) {
+	if st := p.block.Load(); st != nil {
+		return st.get()
+	}
+	return false, ""
+}
+
+// Connect dials, if no connection is open, and checks the exchanges, as the
+// first publish would: a process asks it before claiming work it could not
+// publish.
+func (p *Publisher) Connect() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ensure()
+}
+
 func (p *Publisher) closeLocked() {
 	if p.conn != nil {
-		_ = p.conn.Close()
+		// Bounded: a stalled broker never answers connection.close.
+		_ = p.conn.CloseDeadline(time.Now().Add(time.Second))
 	}
-	p.conn, p.ch, p.returns = nil, nil, nil
+	p.conn, p.ch, p.returns, p.blockings = nil, nil, nil, nil
 }
 
 // Close closes the connection.
@@ -127,18 +201,33 @@ func (p *Publisher) Close() {
 
 // PublishBatch publishes every message in windows of confirmWindow, waiting
 // for each window's confirmations before the next. It returns one error per
-// message (nil: confirmed and routed). The second return is set when nothing
-// could be attempted (no connection); then every message is unsent.
+// message (nil: confirmed and routed; ErrNotConfirmed wrapping
+// context.DeadlineExceeded when Timeout passed first). The second return is
+// set when nothing could be attempted (no connection, or ErrBlocked); then
+// every message is unsent.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []Outgoing) ([]error, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(p.Timeout, DefaultPublishTimeout))
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.ensure(); err != nil {
 		return nil, err
 	}
+	if blocked, reason := p.Blocked(); blocked {
+		return nil, fmt.Errorf("%w (%s)", ErrBlocked, reason)
+	}
+	// A write stuck on a connection the broker stopped reading ends when
+	// the connection closes; the confirmations are then lost anyway.
+	conn := p.conn
+	stop := context.AfterFunc(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
+	defer stop()
 	results := make([]error, len(msgs))
 	for start := 0; start < len(msgs); start += confirmWindow {
 		end := min(start+confirmWindow, len(msgs))
 		p.publishWindow(ctx, msgs[start:end], results[start:end])
+	}
+	if ctx.Err() != nil {
+		p.closeLocked() // confirmations still due would match later publishes
 	}
 	return results, nil
 }
@@ -169,7 +258,7 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 		ok, err := dc.WaitContext(ctx)
 		switch {
 		case err != nil:
-			results[i] = fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 		case !ok && (p.ch == nil || p.ch.IsClosed()):
 			results[i] = ErrNotConfirmed // pending confirmations resolve false on close
 		case !ok:

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -112,8 +113,11 @@ type Common struct {
 	// at start instead of only checking that what it uses exists. Zero
 	// value: check only (the migration step declares; internal/broker).
 	DeclareTopology bool
-	LogLevel        string
-	LogFormat       string
+	// PublishTimeout bounds one confirmed publish batch
+	// (broker.Publisher.Timeout). Zero value: broker.DefaultPublishTimeout.
+	PublishTimeout time.Duration
+	LogLevel       string
+	LogFormat      string
 	// AllowInsecureTLS permits plain text or unverified TLS to hosts that
 	// are not loopback (CheckFlags). Zero value: refused.
 	AllowInsecureTLS bool
@@ -142,6 +146,8 @@ func (c *Common) RegisterBroker(fs *pflag.FlagSet) {
 	fs.StringVar(&c.SigningKeys, "signing-keys", "",
 		"message signing keys, KID:SECRET[,KID:SECRET...]; the first signs, all verify (required)")
 	fs.StringVar(&c.QueuePrefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
+	fs.DurationVar(&c.PublishTimeout, "publish-timeout", broker.DefaultPublishTimeout,
+		"bound on publishing a batch and waiting for its confirmations; past it the messages count as unconfirmed")
 	fs.BoolVar(&c.DeclareTopology, "declare-topology", false,
 		"declare the whole broker topology at start (needs configure permission on it; development only: "+
 			"in production the migration step, nudgectl migrate --declare-topology, declares it and this process only checks it exists)")
@@ -204,6 +210,20 @@ func (c *Common) Topology() broker.Topology {
 
 // Pool connects to PostgreSQL and checks the connection.
 func (c *Common) Pool(ctx context.Context) (*pgxpool.Pool, error) {
+	return c.PoolWith(ctx, DBTimeouts{})
+}
+
+// DBTimeouts bound every session of a process's pool, whatever role it logs
+// in as (a superuser in development too): statement_timeout, lock_timeout
+// and idle_in_transaction_session_timeout. Zero: that one is not set (the
+// server's or the role's setting applies). A parameter given in
+// --database-url wins.
+type DBTimeouts struct {
+	Statement, Lock, IdleInTransaction time.Duration
+}
+
+// PoolWith is Pool with the session timeouts t.
+func (c *Common) PoolWith(ctx context.Context, t DBTimeouts) (*pgxpool.Pool, error) {
 	var cfg *pgxpool.Config
 	err := redact.Check(c.DatabaseURL, func(s string) (err error) {
 		cfg, err = pgxpool.ParseConfig(s)
@@ -211,6 +231,12 @@ func (c *Common) Pool(ctx context.Context) (*pgxpool.Pool, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
+	}
+	for name, d := range map[string]time.Duration{"statement_timeout": t.Statement, "lock_timeout": t.Lock,
+		"idle_in_transaction_session_timeout": t.IdleInTransaction} {
+		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set && d > 0 {
+			cfg.ConnConfig.RuntimeParams[name] = strconv.FormatInt(d.Milliseconds(), 10)
+		}
 	}
 	// Nudge's statements are short and run thousands of times; PostgreSQL's
 	// JIT compiles a plan whose estimated cost passes jit_above_cost on every

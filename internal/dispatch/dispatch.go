@@ -30,6 +30,11 @@ import (
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
+// ErrBrokerUnavailable: the broker could not be reached, blocks publishers
+// or lacks the topology, so the run (or the reconciler's pass) claimed
+// nothing to publish and did only its database work.
+var ErrBrokerUnavailable = errors.New("broker unavailable: nothing claimed for publishing")
+
 // Publisher publishes a batch and reports per message whether the broker
 // confirmed and routed it. *broker.Publisher implements it.
 type Publisher interface {
@@ -48,6 +53,24 @@ type Enqueuer struct {
 	Actor string
 	// Metrics receives hop latencies. Nil: none.
 	Metrics *metrics.Metrics
+	// BrokerReady, when set, says whether publishing can be attempted now
+	// (it connects if need be and checks the topology); see CanPublish.
+	// Nil: always.
+	BrokerReady func(ctx context.Context) error
+}
+
+// CanPublish asks BrokerReady before rows are claimed for publishing: a
+// claim whose publish then fails goes straight back (a claim→release cycle
+// and two events per row), and a republish that fails spends one of the
+// row's republishes. The error wraps ErrBrokerUnavailable.
+func (e *Enqueuer) CanPublish(ctx context.Context) error {
+	if e.BrokerReady == nil {
+		return nil
+	}
+	if err := e.BrokerReady(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrBrokerUnavailable, err)
+	}
+	return nil
 }
 
 // EnqueueResult counts what Enqueue did.
@@ -142,6 +165,11 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 	if pubErr != nil {
 		return res, fmt.Errorf("publishing %d reminders: %w", len(toPublish), pubErr)
 	}
+	if res.Enqueued == 0 {
+		// Not one confirmed (timeouts, nacks, a missing binding): the next
+		// batch would fare no better, so the caller stops claiming.
+		return res, fmt.Errorf("publishing %d reminders: none confirmed: %w", len(toPublish), firstErr)
+	}
 	return res, nil
 }
 
@@ -196,6 +224,9 @@ type Summary struct {
 	// OutOfBudget is set when the run stopped because its budget was near,
 	// with due work possibly left for the next run.
 	OutOfBudget bool
+	// BrokerDown is set when the run could not publish and only expired
+	// what was past its deadline (ExpireDue).
+	BrokerDown bool
 }
 
 // RunOnce runs one dispatch pass with the cutoff taken now. Batches overlap
@@ -207,6 +238,12 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	cfg := d.Config.WithDefaults()
 	start := d.Clock.Now()
 	sum := Summary{Cutoff: start}
+	if err := d.CanPublish(ctx); err != nil {
+		sum.BrokerDown = true
+		err = errors.Join(err, d.expireOnly(ctx, cfg, &sum))
+		sum.Elapsed = d.Clock.Now().Sub(start)
+		return sum, err
+	}
 	var slowest time.Duration
 	var running chan enqueued // the previous batch's Enqueue, if any
 	collect := func() error {
@@ -273,6 +310,28 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	return sum, err
 }
 
+// expireOnly is a run that cannot publish: it claims nothing and expires,
+// batch by batch within the budget, the due pending rows already past their
+// deadline, which would otherwise wait for the broker to come back.
+func (d *Dispatcher) expireOnly(ctx context.Context, cfg Config, sum *Summary) error {
+	for ctx.Err() == nil && d.Clock.Now().Sub(sum.Cutoff) < cfg.Budget {
+		byChannel, err := ExpireDue(ctx, d.Store.Pool(), d.Clock.Now(), sum.Cutoff, cfg.Batch, d.Actor)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for ch, k := range byChannel {
+			n += k
+			d.Metrics.Outcomes(ch, string(reminder.Expired), "deadline_before_dispatch", k)
+		}
+		sum.Expired += n
+		if n < cfg.Batch {
+			return nil
+		}
+	}
+	return nil
+}
+
 // budgetAllows reports whether a run that has spent spent may start another
 // batch: only if that batch, were it as slow as the slowest so far, would
 // end within budget.
@@ -287,9 +346,13 @@ type enqueued struct {
 
 // Loop starts a pass every interval until ctx is done, logging each
 // summary; a pass that took longer is followed by the next at once. A failed
-// pass is logged and retried at the next start. The pauses go through the
-// Clock, so a test moves a fake clock instead of sleeping.
+// pass (the broker or the database down) is logged and retried after an
+// exponential back-off, every doubled per failure in a row up to
+// maxBackoff, so an outage is not met with a claim attempt every interval.
+// The pauses go through the Clock, so a test moves a fake clock instead of
+// sleeping.
 func (d *Dispatcher) Loop(ctx context.Context, every time.Duration) error {
+	failures := 0
 	for {
 		start := d.Clock.Now()
 		sum, err := d.RunOnce(ctx)
@@ -297,12 +360,36 @@ func (d *Dispatcher) Loop(ctx context.Context, every time.Duration) error {
 		if d.AfterRun != nil {
 			d.AfterRun(ctx, sum, err)
 		}
+		wait := every - d.Clock.Now().Sub(start)
+		if err != nil && ctx.Err() == nil {
+			failures++
+			wait = max(wait, backoff(every, failures))
+		} else {
+			failures = 0
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-clock.After(d.Clock, every-d.Clock.Now().Sub(start)):
+		case <-clock.After(d.Clock, wait):
 		}
 	}
+}
+
+// maxBackoff caps Loop's back-off (unless every itself is longer).
+const maxBackoff = 30 * time.Second
+
+// backoff is the pause after the failures-th failed run in a row: every
+// doubled for each, capped at maxBackoff (or every when that is longer).
+func backoff(every time.Duration, failures int) time.Duration {
+	limit := max(every, maxBackoff)
+	d := every
+	for range failures {
+		if d >= limit/2 {
+			return limit
+		}
+		d *= 2
+	}
+	return d
 }
 
 // LogSummary writes the one-line summary of a run.
@@ -313,6 +400,6 @@ func (d *Dispatcher) LogSummary(sum Summary, err error) {
 	}
 	ev.Time("cutoff", sum.Cutoff).Int("batches", sum.Batches).Int("claimed", sum.Claimed).
 		Int("enqueued", sum.Enqueued).Int("expired", sum.Expired).Int("released", sum.Released).
-		Dur("elapsed", sum.Elapsed).Bool("out_of_budget", sum.OutOfBudget).
+		Dur("elapsed", sum.Elapsed).Bool("out_of_budget", sum.OutOfBudget).Bool("broker_down", sum.BrokerDown).
 		Msg("dispatch run")
 }

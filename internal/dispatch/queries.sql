@@ -8,3 +8,29 @@
 INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error)
 VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released, @out_of_budget,
         nullif(@error::text, ''));
+
+-- name: ExpireDue
+-- The expire-only part of ClaimDue, for a run that cannot publish (the
+-- broker is unreachable): pending rows due before the run's cutoff whose
+-- deadline has passed end as expired, as ClaimDue would end them, and
+-- nothing is claimed for publishing. One row per channel: how many.
+WITH late AS (
+    SELECT id
+      FROM reminders
+     WHERE state = 'pending' AND deadline <= @now AND due_at <= @cutoff
+     ORDER BY deadline
+     LIMIT @limit
+       FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE reminders r
+       SET state = 'expired', fence = r.fence + 1, lease_until = NULL,
+           reason = 'deadline passed before dispatch', finished_at = @now, updated_at = @now
+      FROM late
+     WHERE r.id = late.id AND (r.state = 'pending') IS TRUE
+ RETURNING r.id, r.fence, r.channel
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, 'pending', 'expired', fence, @actor, 'deadline_before_dispatch', 'deadline passed before dispatch', @now
+      FROM upd
+)
+SELECT channel, count(*) FROM upd GROUP BY channel;

@@ -40,6 +40,26 @@ func RecordRun(ctx context.Context, q pg.Querier, actor string, sum Summary, fin
 	return nil
 }
 
+// ExpireDue is the expire-only part of a claim, for a run that cannot
+// publish: up to limit pending reminders due at or before cutoff whose
+// deadline is at or before now end as expired (as ClaimDue would end them),
+// and none is claimed. It returns how many per channel.
+func ExpireDue(ctx context.Context, q pg.Querier, now, cutoff time.Time, limit int, actor string) (map[string]int, error) {
+	rows, err := q.Query(ctx, queries.Get("ExpireDue"), pgx.NamedArgs{
+		"now": now, "cutoff": cutoff, "limit": limit, "actor": actor,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expiring due reminders: %w", err)
+	}
+	out := map[string]int{}
+	var channel string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&channel, &n}, func() error { out[channel] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("expiring due reminders: %w", err)
+	}
+	return out, nil
+}
+
 // reportIdleEvery is how often an idle run is recorded in an --every loop.
 const reportIdleEvery = time.Minute
 

@@ -37,7 +37,7 @@ func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
 // Run runs one dispatch pass (or, with Every, a pass every Every until ctx
 // ends), records each run in dispatch_runs and pushes its summary.
 func (o *Dispatcher) Run(ctx context.Context, env Env) error {
-	p, err := startPublishing(ctx, &o.Common, "dispatcher", env)
+	p, err := startPublishing(ctx, &o.Common, "dispatcher", dispatcherTimeouts, env)
 	if err != nil {
 		return err
 	}

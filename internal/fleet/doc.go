@@ -15,6 +15,9 @@ package fleet
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,29 +58,72 @@ type publishing struct {
 
 // startPublishing connects for component and checks (or, with
 // --declare-topology, declares) the broker topology, so a missing queue
-// stops the process before it claims anything.
-func startPublishing(ctx context.Context, c *config.Common, component string, env Env) (*publishing, error) {
+// stops the process before it claims anything. A broker it cannot reach
+// does not stop it: the database's work (expiry, leases, retention) goes
+// on, and the topology is checked again before anything is claimed for
+// publishing (Enqueuer.BrokerReady).
+func startPublishing(ctx context.Context, c *config.Common, component string, timeouts config.DBTimeouts, env Env) (*publishing, error) {
 	keys, err := c.Keys()
 	if err != nil {
 		return nil, err
 	}
-	pool, err := c.Pool(ctx)
+	pool, err := c.PoolWith(ctx, timeouts)
 	if err != nil {
 		return nil, err
 	}
 	actor := config.Actor(component)
-	// Both publish to the work exchange, which must route to every work queue.
-	if err := c.PrepareTopology(actor, broker.Topology.PublisherUses); err != nil {
-		pool.Close()
-		return nil, err
-	}
 	pub := broker.NewPublisher(c.AMQPURL, c.Topology(), actor)
+	pub.Timeout = c.PublishTimeout
+	gate := &brokerGate{common: c, actor: actor, pub: pub}
+	if err := gate.check(); err != nil {
+		if errors.Is(err, broker.ErrTopologyMissing) {
+			pool.Close()
+			return nil, err
+		}
+		env.Log.Warn().Err(err).Msg("broker unreachable at start: going on with the database's work; nothing is claimed for publishing until it is back")
+	}
 	return &publishing{
 		pool: pool,
 		enqueuer: dispatch.Enqueuer{
 			Store: store.New(pool), Publisher: pub, Keys: keys, Topology: c.Topology(),
-			Clock: env.Clock, Actor: actor, Metrics: metrics.New(env.Registry),
+			Clock: env.Clock, Actor: actor, Metrics: metrics.New(env.Registry), BrokerReady: gate.ready,
 		},
 		close: func() { pub.Close(); pool.Close() },
 	}, nil
+}
+
+// brokerGate says whether the dispatcher or the reconciler can publish now:
+// the topology checked once (at start, or at the first call after the
+// broker came back), a publishing connection open, and no resource alarm.
+type brokerGate struct {
+	common  *config.Common
+	actor   string
+	pub     *broker.Publisher
+	checked atomic.Bool
+}
+
+// check checks (or declares) the topology the publisher uses, once.
+func (g *brokerGate) check() error {
+	if g.checked.Load() {
+		return nil
+	}
+	// Both publish to the work exchange, which must route to every work queue.
+	if err := g.common.PrepareTopology(g.actor, broker.Topology.PublisherUses); err != nil {
+		return err
+	}
+	g.checked.Store(true)
+	return nil
+}
+
+func (g *brokerGate) ready(context.Context) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	if err := g.pub.Connect(); err != nil {
+		return err
+	}
+	if blocked, reason := g.pub.Blocked(); blocked {
+		return fmt.Errorf("%w (%s)", broker.ErrBlocked, reason)
+	}
+	return nil
 }

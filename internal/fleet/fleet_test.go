@@ -2,7 +2,10 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -19,6 +22,7 @@ import (
 	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/internal/worker"
+	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -104,4 +108,62 @@ func TestPublishersCheckTheTopologyAndDeclareOnlyWhenAsked(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_runs`).Scan(&runs))
 	require.Equal(t, 1, runs, "the run is recorded, idle as it was")
 	require.NoError(t, r.Run(ctx, env()), "declared now: the check passes")
+}
+
+// Issue 13, finding 7: with the broker down at start, the reconciler and the
+// dispatcher exited at once ("preparing the broker topology: connecting to
+// RabbitMQ … refused"), and 500 reminders stayed pending 90 s past their
+// deadlines. Now both start: the reconciler expires them within a few
+// passes, and a dispatcher run expires what is late, claims nothing, and
+// fails naming the broker.
+func TestBrokerDownAtStartStillExpiresLateWork(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "amqp://guest:guest@" + ln.Addr().String() + "/"
+	require.NoError(t, ln.Close()) // nothing listens there now
+	common := config.Common{DatabaseURL: db.URL, AMQPURL: closed, SigningKeys: "test:0123456789abcdef0123",
+		QueuePrefix: "t-" + testenv.RandomID(), LogLevel: "warn", LogFormat: "json"}
+	clk := clock.NewShifted(0)
+	schedule := func(prefix string, n int) {
+		t.Helper()
+		now := clk.Now()
+		reqs := make([]intake.Request, n)
+		for i := range reqs {
+			reqs[i] = intake.Request{Tenant: "acme", Key: fmt.Sprintf("%s-%d", prefix, i), Channel: reminder.Email,
+				Recipient: "a@example.com", Template: "t", DueAt: now.Add(-time.Minute), Deadline: now.Add(3 * time.Second)}
+		}
+		_, err := intake.ScheduleMany(context.Background(), db.Pool, reqs)
+		require.NoError(t, err)
+	}
+	count := func(state reminder.State) int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM reminders WHERE state = $1`,
+			string(state)).Scan(&n))
+		return n
+	}
+	env := fleet.Env{Log: zerolog.Nop(), Registry: probe.NewRegistry(), Clock: clk}
+
+	schedule("r", 500)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	r := fleet.Reconciler{Common: common, Every: 100 * time.Millisecond, CleanEvery: time.Hour}
+	go func() { done <- r.Run(ctx, env) }()
+	clk.Advance(5 * time.Second) // past the deadlines
+	require.Eventually(t, func() bool { return count(reminder.Expired) == 500 }, 15*time.Second, 20*time.Millisecond,
+		"the reconciler expires late work while the broker is down")
+	cancel()
+	require.NoError(t, <-done)
+
+	schedule("d", 500)
+	clk.Advance(5 * time.Second)
+	d := fleet.Dispatcher{Common: common}
+	err = d.Run(context.Background(), fleet.Env{Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Clock: clk})
+	require.ErrorIs(t, err, dispatch.ErrBrokerUnavailable)
+	require.Equal(t, 1000, count(reminder.Expired), "the dispatcher's run expired the late ones")
+	var claims int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM reminder_events WHERE reason = 'claimed for dispatch'`).Scan(&claims))
+	require.Zero(t, claims)
 }

@@ -52,13 +52,15 @@ func (o *Reconciler) Run(ctx context.Context, env Env) error {
 	if err := o.Retention.Validate(); err != nil {
 		return err
 	}
-	p, err := startPublishing(ctx, &o.Common, "reconciler", env)
+	p, err := startPublishing(ctx, &o.Common, "reconciler", reconcilerTimeouts, env)
 	if err != nil {
 		return err
 	}
 	defer p.close()
 	depths := &broker.DeadLetterDepths{URL: o.Common.AMQPURL, Topology: o.Common.Topology()}
 	defer depths.Close()
+	queues := &broker.WorkQueues{URL: o.Common.AMQPURL, Topology: o.Common.Topology()}
+	defer queues.Close()
 	env.Registry.MustRegister(&metrics.DBCollector{DB: p.pool, Clock: env.Clock, DLQDepth: depths.Depths})
 	r := &reconcile.Reconciler{
 		Enqueuer:   p.enqueuer,
@@ -66,6 +68,7 @@ func (o *Reconciler) Run(ctx context.Context, env Env) error {
 		Log:        env.Log,
 		Cleaner:    retention.New(p.pool, o.Retention, env.Clock),
 		CleanEvery: o.CleanEvery,
+		Queues:     queues.States,
 	}
 	if o.Once {
 		sum, err := r.Pass(ctx)

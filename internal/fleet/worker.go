@@ -73,7 +73,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 		return err
 	}
 	defer closeSender()
-	pool, err := o.Common.Pool(ctx)
+	pool, err := o.Common.PoolWith(ctx, workerTimeouts)
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	w, err := worker.New(cfg, worker.Deps{
 		AMQPURL: o.Common.AMQPURL, Topology: o.Common.Topology(), Store: store.New(pool), Sender: sender,
 		Keys: keys, Clock: env.Clock, Log: env.Log, Metrics: metrics.New(env.Registry), Limiter: limiter,
-		DeclareTopology: o.Common.DeclareTopology,
+		DeclareTopology: o.Common.DeclareTopology, PublishTimeout: o.Common.PublishTimeout,
 	})
 	if err != nil {
 		return err

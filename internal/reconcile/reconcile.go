@@ -12,11 +12,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
@@ -75,17 +77,32 @@ type Reconciler struct {
 	// DefaultCleanEvery) between repair passes.
 	Cleaner    Cleaner
 	CleanEvery time.Duration
+	// Queues, when set, reads each channel's work queue (by channel) before
+	// republishing: the enqueued and retrying reminders of a channel whose
+	// queue has a backlog or no consumer are not republished (their
+	// messages wait there; republishing would only spend the
+	// store.MaxRepublishes budget and quarantine healthy work), its sending
+	// ones with an expired send lease still are. Nil: every channel is
+	// taken to be draining. *broker.WorkQueues's States.
+	Queues func(ctx context.Context) (map[string]broker.QueueState, error)
 
-	lastOK atomic.Int64 // unix nanoseconds of the last pass that succeeded
+	lastOK     atomic.Int64 // unix nanoseconds of the last pass that succeeded
+	brokerDown atomic.Bool  // the last pass could not publish
 }
 
 // Ready reports whether a pass succeeded recently (within three intervals
-// of every): a reconciler that cannot reach the database or the broker is
-// not doing its job and says so.
+// of every) and the last one could publish: a reconciler that cannot reach
+// the database or the broker (or that the broker blocks) is not doing its
+// job and says so, while it goes on with what needs only the database.
 func (r *Reconciler) Ready(every time.Duration) func() bool {
 	return func() bool {
+		if b, ok := r.Publisher.(interface{ Blocked() (bool, string) }); ok {
+			if blocked, _ := b.Blocked(); blocked {
+				return false
+			}
+		}
 		last := r.lastOK.Load()
-		return last != 0 && r.Clock.Now().Sub(time.Unix(0, last)) < 3*every+5*time.Second
+		return !r.brokerDown.Load() && last != 0 && r.Clock.Now().Sub(time.Unix(0, last)) < 3*every+5*time.Second
 	}
 }
 
@@ -103,7 +120,14 @@ type Summary struct {
 	// Quarantined were republished store.MaxRepublishes times without any
 	// outcome: their message crashes whatever consumes it.
 	Quarantined int
-	Elapsed     time.Duration
+	// Waiting are the channels whose overdue enqueued and retrying
+	// reminders were left alone this pass: their work queue has a backlog
+	// or no consumer.
+	Waiting []string
+	// BrokerDown is set when the pass could not publish, so it did only
+	// the database's repairs (expiry, leases) and republished nothing.
+	BrokerDown bool
+	Elapsed    time.Duration
 }
 
 // maxRounds bounds one pass so a huge backlog cannot keep it running forever.
@@ -137,8 +161,16 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 			break
 		}
 	}
+	// Republishing needs the broker: a row reclaimed and then not published
+	// has spent one of its republishes for nothing.
+	if err := r.CanPublish(ctx); err != nil {
+		sum.BrokerDown = true
+		return sum, err
+	}
+	waiting, queuesErr := r.waiting(ctx)
+	sum.Waiting = waiting
 	for range maxRounds {
-		claimed, err := r.Store.Reclaim(ctx, r.Clock.Now(), cfg.Overdue, cfg.Batch, cfg.Lease, r.Actor)
+		claimed, err := r.Store.ReclaimExcept(ctx, r.Clock.Now(), cfg.Overdue, cfg.Batch, cfg.Lease, r.Actor, waiting)
 		if err != nil {
 			return sum, err
 		}
@@ -156,7 +188,28 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 			break
 		}
 	}
-	return sum, nil
+	return sum, queuesErr
+}
+
+// waiting returns the channels whose work queue has a backlog or no
+// consumer. When the queues cannot be read, every channel is taken to be
+// waiting (only expired send leases are republished) and the error returned.
+func (r *Reconciler) waiting(ctx context.Context) ([]string, error) {
+	if r.Queues == nil {
+		return nil, nil
+	}
+	channels := r.Topology.WithDefaults().Channels
+	states, err := r.Queues(ctx)
+	if err != nil {
+		return channels, fmt.Errorf("reading the work queues: %w", err)
+	}
+	var out []string
+	for _, c := range channels {
+		if st := states[c]; st.Messages > 0 || st.Consumers == 0 {
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
 // Loop starts a pass every interval until ctx is done (a pass that took
@@ -174,6 +227,7 @@ func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 		if err == nil {
 			r.lastOK.Store(now.UnixNano())
 		}
+		r.brokerDown.Store(sum.BrokerDown)
 		r.LogSummary(sum, err)
 		r.Metrics.ReconcilePass(sum.Elapsed, err, now)
 		r.Metrics.LeaseExpired(metrics.LeaseDispatch, sum.Released)
@@ -214,6 +268,6 @@ func (r *Reconciler) LogSummary(sum Summary, err error) {
 		ev = r.Log.Error().Err(err)
 	}
 	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("in_queue", sum.InQueue).Int("republished", sum.Republished).
-		Int("quarantined", sum.Quarantined).
+		Int("quarantined", sum.Quarantined).Strs("waiting", sum.Waiting).Bool("broker_down", sum.BrokerDown).
 		Dur("elapsed", sum.Elapsed).Msg("reconcile pass")
 }

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,6 +71,14 @@ func (b *bundle) get(t *testing.T, id int64) reminder.Reminder {
 	r, err := intake.Get(context.Background(), b.db.Pool, id)
 	require.NoError(t, err)
 	return r
+}
+
+// republishes is how often the reconciler republished the reminder.
+func (b *bundle) republishes(t *testing.T, id int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT republishes FROM reminders WHERE id = $1`, id).Scan(&n))
+	return n
 }
 
 // queued returns the envelopes waiting in the SMS work queue, consuming them.
@@ -237,4 +246,119 @@ func TestLoopWaitsOnTheClock(t *testing.T) {
 	require.NoError(t, <-done)
 	b.clock.Advance(3*every + 5*time.Second)
 	require.False(t, ready(), "no pass for over three intervals: not ready")
+}
+
+// Issue 13, finding 7: the reconciler republished a message overdue for 10
+// minutes and quarantined it after three republishes, so a 40-minute worker
+// outage quarantined healthy work. Now a channel whose work queue has a
+// backlog or no consumer is waiting, not losing: its enqueued reminders are
+// left alone however long that lasts, while a send whose worker died (an
+// expired send lease) is still republished. Once the queue has a consumer
+// and is drained, a message overdue then is lost and republished.
+func TestBacklogWithoutConsumerIsWaitingNotLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	queues := &broker.WorkQueues{URL: b.mq.URL, Topology: b.mq.Topology}
+	t.Cleanup(queues.Close)
+	b.rec.Queues = queues.States
+	var ids []int64
+	for _, k := range []string{"a", "b", "c"} {
+		ids = append(ids, b.schedule(t, k, 24*time.Hour))
+	}
+	crashed := b.schedule(t, "crashed", 24*time.Hour)
+	b.dispatch(t)
+	// A worker claimed one and died: its row is sending under a send lease.
+	_, err := b.st.ClaimAttempts(ctx, b.clock.Now(), []store.Fenced{{ID: crashed, Fence: b.get(t, crashed).Fence}},
+		30*time.Second, "doomed")
+	require.NoError(t, err)
+
+	// No consumer for 5 × Overdue, a pass every half Overdue.
+	republished := 0
+	for range 10 {
+		b.clock.Advance(30 * time.Second)
+		sum, err := b.rec.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"email", "sms"}, sum.Waiting, "email: no consumer; sms: a backlog and no consumer")
+		require.Zero(t, sum.Quarantined)
+		republished += sum.Republished
+	}
+	require.Equal(t, 1, republished, "only the send whose worker died")
+	for _, id := range ids {
+		require.Equal(t, reminder.Enqueued, b.get(t, id).State, "healthy work is not quarantined")
+		require.Zero(t, b.republishes(t, id))
+	}
+	require.Equal(t, reminder.Enqueued, b.get(t, crashed).State)
+
+	// A consumer attaches: every message in the queue is current.
+	msgs := b.queued(t)
+	require.Len(t, msgs, 5, "the three, the crashed send's first message and its republished one")
+	current := 0
+	for _, m := range msgs {
+		if r := b.get(t, m.ReminderID); r.Fence == m.Fence {
+			current++
+		}
+	}
+	require.Equal(t, 4, current, "each reminder has its current message waiting; the crashed send's first is superseded")
+
+	// Drained, with a consumer: what is overdue now was lost, and is republished.
+	consumer, err := b.ch.Consume(b.mq.Topology.Queue("sms"), "test-consumer", false, false, false, false, nil)
+	require.NoError(t, err)
+	b.clock.Advance(2 * time.Minute)
+	sum, err := b.rec.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"email"}, sum.Waiting)
+	require.Equal(t, 4, sum.Republished)
+	for range 4 {
+		select {
+		case <-consumer:
+		case <-time.After(10 * time.Second):
+			t.Fatal("republished message not delivered to the consumer")
+		}
+	}
+}
+
+// Issue 13, finding 7: with the broker down the reconciler exited at start,
+// so expiry stopped too. Now a pass that cannot publish still expires and
+// resolves leases, reclaims nothing (a reclaim it could not publish would
+// spend a republish), and says so in its summary, its error and readiness.
+func TestBrokerDownPassDoesTheDatabaseWorkOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	overdue := b.schedule(t, "overdue", time.Hour)
+	b.dispatch(t)
+	require.Len(t, b.queued(t), 1, "its message is lost")
+	late := b.schedule(t, "late", 30*time.Second)
+	var down atomic.Bool
+	down.Store(true)
+	b.rec.BrokerReady = func(context.Context) error {
+		if down.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+
+	const every = 10 * time.Second
+	ready := b.rec.Ready(every)
+	loopCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	b.clock.Advance(2 * time.Minute) // past late's deadline and overdue's Overdue
+	go func() { done <- b.rec.Loop(loopCtx, every) }()
+	require.Eventually(t, func() bool { return b.clock.Waiters() == 1 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, reminder.Expired, b.get(t, late).State, "expiry goes on without the broker")
+	require.Equal(t, reminder.Enqueued, b.get(t, overdue).State)
+	require.Zero(t, b.republishes(t, overdue), "nothing reclaimed for a publish that cannot happen")
+	require.False(t, ready(), "not ready while the broker is unreachable")
+
+	sum, err := b.rec.Pass(ctx)
+	require.ErrorIs(t, err, dispatch.ErrBrokerUnavailable)
+	require.True(t, sum.BrokerDown)
+
+	down.Store(false)
+	b.clock.Advance(every)
+	require.Eventually(t, func() bool { return b.clock.Waiters() == 1 && ready() }, 10*time.Second, time.Millisecond)
+	require.Equal(t, 1, b.republishes(t, overdue), "republished once the broker is back")
+	cancel()
+	require.NoError(t, <-done)
 }

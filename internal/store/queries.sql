@@ -92,13 +92,15 @@ SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, d
 -- retrying and overdue) or whose worker died mid-send (sending, lease expired)
 -- are enqueued again under a new fence, a dispatch lease and a batch number,
 -- as ClaimDue does, to be published again. Rows already past their deadline
--- are left to ExpireOverdue.
+-- are left to ExpireOverdue, and enqueued or retrying rows of the @waiting
+-- channels (whose work queue has a backlog or no consumer: the message is
+-- waiting, not lost) are left where they are.
 WITH stuck AS (
     SELECT id, state AS old_state
       FROM reminders
      WHERE deadline > @now
-       AND ((state = 'enqueued' AND enqueued_at <= @overdue_before)
-         OR (state = 'retrying' AND next_attempt_at <= @overdue_before)
+       AND ((state = 'enqueued' AND enqueued_at <= @overdue_before AND NOT channel = ANY(@waiting::text[]))
+         OR (state = 'retrying' AND next_attempt_at <= @overdue_before AND NOT channel = ANY(@waiting::text[]))
          OR (state = 'sending'  AND lease_until <= @now))
      ORDER BY id
      LIMIT @limit
@@ -259,7 +261,7 @@ SELECT id FROM upd;
 
 -- name: LoadForDelivery
 SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempotency_key,
-       state, fence, attempts
+       state, fence, attempts, next_attempt_at
   FROM reminders
  WHERE id = ANY(@ids::bigint[]);
 
@@ -275,7 +277,8 @@ SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempot
 -- claimed (NULL for the others), so a worker with nothing to decide between
 -- reading and claiming (no rate limit) needs one round trip, and can tell why
 -- a row was not claimed: unknown, terminal, superseded, past its deadline,
--- not yet due, or moved on by a concurrent writer.
+-- not yet due, retrying before its next attempt time, or moved on by a
+-- concurrent writer.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
@@ -289,6 +292,7 @@ WITH m AS (
      WHERE r.id = cur.id AND r.fence = cur.fence
        AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
        AND r.deadline > @now AND r.due_at <= @now
+       AND (r.state = 'retrying' AND r.next_attempt_at > @now) IS NOT TRUE -- never before its back-off
  RETURNING r.id, cur.old_state, r.fence, r.attempts
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
@@ -300,7 +304,7 @@ WITH m AS (
  RETURNING id, reminder_id
 )
 SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
-       r.state, r.fence, r.attempts, upd.fence, upd.attempts, att.id
+       r.state, r.fence, r.attempts, r.next_attempt_at, upd.fence, upd.attempts, att.id
   FROM reminders r
   LEFT JOIN upd ON upd.id = r.id
   LEFT JOIN att ON att.reminder_id = r.id

@@ -120,9 +120,18 @@ const MaxRepublishes = 3
 // send lease expired, so they can be published again. One republished
 // MaxRepublishes times already is quarantined instead (State Quarantined).
 func (s *Store) Reclaim(ctx context.Context, now time.Time, overdue time.Duration, limit int, lease time.Duration, actor string) ([]Claimed, error) {
+	return s.ReclaimExcept(ctx, now, overdue, limit, lease, actor, nil)
+}
+
+// ReclaimExcept is Reclaim that leaves the enqueued and retrying reminders
+// of the waiting channels alone (their messages wait in a queue with a
+// backlog or no consumer: not lost, and republishing them would only spend
+// their MaxRepublishes budget); their sending ones with an expired send
+// lease are still reclaimed.
+func (s *Store) ReclaimExcept(ctx context.Context, now time.Time, overdue time.Duration, limit int, lease time.Duration, actor string, waiting []string) ([]Claimed, error) {
 	rows, err := s.pool.Query(ctx, query("Reclaim"), pgx.NamedArgs{
 		"now": now, "overdue_before": now.Add(-overdue), "limit": limit, "lease_until": now.Add(lease), "actor": actor,
-		"max_republishes": MaxRepublishes,
+		"max_republishes": MaxRepublishes, "waiting": append([]string{}, waiting...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
@@ -292,16 +301,23 @@ type Delivery struct {
 	State          reminder.State
 	Fence          int64
 	Attempts       int
+	// NextAttemptAt is when a retrying reminder may be tried again (zero:
+	// not set). ClaimForDelivery never claims a retrying row before it.
+	NextAttemptAt time.Time
 }
 
 // scanDelivery scans a Delivery from the columns LoadForDelivery and
 // ClaimForDelivery both start with, then the extra columns into extra.
 func scanDelivery(r pgx.Row, d *Delivery, extra ...any) error {
 	var data []byte
+	var next *time.Time
 	dest := append([]any{&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
-		&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts}, extra...)
+		&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts, &next}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return err
+	}
+	if next != nil {
+		d.NextAttemptAt = *next
 	}
 	if err := json.Unmarshal(data, &d.Data); err != nil {
 		return fmt.Errorf("reminder %d data: %w", d.ID, err)

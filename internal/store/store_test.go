@@ -328,8 +328,17 @@ func TestAttemptLifecycleAndRefusals(t *testing.T) {
 	require.Equal(t, next, r.NextAttemptAt.UTC())
 	require.Equal(t, "http_503", r.LastError)
 
+	// Issue 13, finding 8: a copy of the retry message replayed before the
+	// next attempt time claims nothing, whatever the worker decides.
+	b.clock.Advance(5*time.Second - time.Millisecond)
+	rows, early, err := b.st.ClaimForDelivery(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: att.Fence}}, time.Minute, "stale")
+	require.NoError(t, err)
+	require.Empty(t, early, "no attempt before next_attempt_at")
+	require.Equal(t, reminder.Retrying, rows[id].State)
+	require.Equal(t, next, rows[id].NextAttemptAt.UTC(), "the row says until when")
+
 	// Second attempt from the retry message, delivered.
-	b.clock.Advance(5 * time.Second)
+	b.clock.Advance(time.Millisecond)
 	got, err = b.st.ClaimAttempts(ctx, b.clock.Now(), []store.Fenced{{ID: id, Fence: att.Fence}}, time.Minute, "w2")
 	require.NoError(t, err)
 	att2 := got[id]
@@ -767,9 +776,10 @@ func TestUnknownOutcomeIsTheAttemptsResult(t *testing.T) {
 				_, err := b.db.Pool.Exec(ctx, `UPDATE delivery_attempts SET result = NULL WHERE id = $1`, att[id].AttemptID)
 				require.NoError(t, err)
 			}
-			again, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: id, Fence: att[id].Fence}}, time.Minute, "w")
+			// The retry is claimed at its next attempt time, not before.
+			again, err := b.st.ClaimAttempts(ctx, next, []store.Fenced{{ID: id, Fence: att[id].Fence}}, time.Minute, "w")
 			require.NoError(t, err)
-			moved, err := b.st.RecordOutcomes(ctx, now, []store.Outcome{{ReminderID: id, Fence: again[id].Fence,
+			moved, err := b.st.RecordOutcomes(ctx, next, []store.Outcome{{ReminderID: id, Fence: again[id].Fence,
 				AttemptID: again[id].AttemptID, Code: reminder.CodeAttemptsExhausted, Attempt: reminder.OutcomeRetryable,
 				Reason: "attempts exhausted (2): http_503"}}, "w")
 			require.NoError(t, err)

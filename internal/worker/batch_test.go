@@ -118,10 +118,17 @@ func (s *fakeStore) state(id int64) reminder.State {
 	return s.rows[id].State
 }
 
-// fakePub confirms every publish.
+// fakePub confirms every publish, unless blocked.
 type fakePub struct {
-	mu   sync.Mutex
-	sent []broker.Outgoing
+	mu      sync.Mutex
+	sent    []broker.Outgoing
+	blocked bool
+}
+
+func (p *fakePub) Blocked() (bool, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.blocked, "low on memory"
 }
 
 func (p *fakePub) PublishBatch(_ context.Context, msgs []broker.Outgoing) ([]error, error) {
@@ -288,4 +295,23 @@ func TestDatabaseDownGivesTheBatchBackAfterAMinuteOfTheClock(t *testing.T) {
 	require.Empty(t, b.sender.calls)
 	require.GreaterOrEqual(t, waits, 12, "a minute of back-off, 5 s at a time")
 	require.Less(t, b.clock.Now().Sub(t0), 2*time.Minute)
+}
+
+// Issue 13, finding 7: a worker whose publisher the broker blocks (a
+// resource alarm) said ready. It cannot hand retries back or dead-letter
+// then, so it is not ready until the alarm clears.
+func TestNotReadyWhileThePublisherIsBlocked(t *testing.T) {
+	t.Parallel()
+	pub := &fakePub{}
+	w := &Worker{pub: pub}
+	w.ready.Store(true)
+	require.True(t, w.Ready())
+	pub.mu.Lock()
+	pub.blocked = true
+	pub.mu.Unlock()
+	require.False(t, w.Ready(), "blocked")
+	pub.mu.Lock()
+	pub.blocked = false
+	pub.mu.Unlock()
+	require.True(t, w.Ready())
 }

@@ -154,6 +154,10 @@ func onRow(row store.Delivery, found bool, fence int64, now time.Time) verdict {
 		return verdict{kind: kindExpire, reason: reasonDeadline, code: codeDeadline}
 	case row.DueAt.After(now):
 		return verdict{kind: kindDefer, at: row.DueAt}
+	case row.State == reminder.Retrying && row.NextAttemptAt.After(now):
+		// Its back-off (or rate-limit turn) is not over: a replayed or
+		// early copy of its message waits for it like a message not yet due.
+		return verdict{kind: kindDefer, at: row.NextAttemptAt}
 	}
 	return verdict{kind: kindClaim}
 }
@@ -295,7 +299,11 @@ func onAnswer(sendErr error, attempt int, now, deadline time.Time, p retryPolicy
 		v.reason = fmt.Sprintf("attempts exhausted (%d): %s", attempt, pe.Code)
 		return v
 	}
-	delay := p.topo.Tier(p.backoff(attempt, pe.RetryAfter, jitter))
+	// The retry tier covering the backoff; a Retry-After longer than the
+	// longest tier is kept whole (the message comes back early and waits
+	// out the rest in further hops: onRow defers it until next).
+	want := p.backoff(attempt, pe.RetryAfter, jitter)
+	delay := max(p.topo.Tier(want), want)
 	next := now.Add(delay)
 	if !next.Before(deadline) {
 		v.kind, v.transition = kindExpire, reminder.CodeDeadlineBeforeRetry

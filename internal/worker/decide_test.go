@@ -42,6 +42,8 @@ var (
 	http503 = provider.RetryableError("http_503", 0, errors.New("unavailable"))
 	http429 = provider.RetryableError("http_429", 20*time.Second, errors.New("slow down"))
 	http400 = provider.PermanentError("http_400", errors.New("bad number"))
+	// http429Long asks for longer than topo's longest retry tier (2 min).
+	http429Long = provider.RetryableError("http_429", 10*time.Minute, errors.New("slow down"))
 )
 
 // TestDecisions runs every decision the worker takes about a message, one
@@ -99,6 +101,15 @@ func TestDecisions(t *testing.T) {
 		{"row: due exactly now", onRow(row(func(r *store.Delivery) { r.DueAt = t0 }), true, 7, t0), verdict{kind: kindClaim}},
 		{"row: retrying and due", onRow(row(func(r *store.Delivery) { r.State = reminder.Retrying }), true, 7, t0),
 			verdict{kind: kindClaim}},
+		{"row: retrying, its next attempt reached", onRow(row(func(r *store.Delivery) { r.State, r.NextAttemptAt = reminder.Retrying, t0 }), true, 7, t0),
+			verdict{kind: kindClaim}},
+		// Issue 13, finding 8: a retry message replayed (or back from a
+		// tier shorter than its Retry-After) was sent at once.
+		{"row: retrying before its next attempt (a replayed retry)",
+			onRow(row(func(r *store.Delivery) { r.State, r.NextAttemptAt = reminder.Retrying, at(10*time.Minute) }), true, 7, t0),
+			verdict{kind: kindDefer, at: at(10 * time.Minute)}},
+		{"row: enqueued with a stale next attempt time", onRow(row(func(r *store.Delivery) { r.NextAttemptAt = at(time.Minute) }), true, 7, t0),
+			verdict{kind: kindClaim}},
 		{"claim: the row moved on under the claim", lostClaim(), verdict{kind: kindDiscard, code: metrics.DupClaim}},
 
 		// Before asking the limiter.
@@ -142,6 +153,9 @@ func TestDecisions(t *testing.T) {
 			verdict{kind: kindRetry, at: at(5 * time.Second), reason: "retry 3 in 5s: http_503", code: "http_503", transition: reminder.CodeRetry, attempt: reminder.OutcomeRetryable, err: http503.Error()}},
 		{"answer: Retry-After longer than the backoff wins", onAnswer(http429, 1, t0, at(time.Hour), policy, 0),
 			verdict{kind: kindRetry, at: at(30 * time.Second), reason: "retry 1 in 30s: http_429", code: "http_429", transition: reminder.CodeRetry, attempt: reminder.OutcomeRetryable, err: http429.Error()}},
+		{"answer: Retry-After longer than the longest tier is kept whole", onAnswer(http429Long, 1, t0, at(time.Hour), policy, 0),
+			verdict{kind: kindRetry, at: at(10 * time.Minute), reason: "retry 1 in 10m0s: http_429", code: "http_429",
+				transition: reminder.CodeRetry, attempt: reminder.OutcomeRetryable, err: http429Long.Error()}},
 		{"answer: the retry would come at the deadline", onAnswer(http503, 1, t0, at(time.Second), policy, 0),
 			verdict{kind: kindExpire, reason: "deadline would pass before the next attempt: http_503", code: "http_503", transition: reminder.CodeDeadlineBeforeRetry, attempt: reminder.OutcomeRetryable, err: http503.Error()}},
 		{"answer: an unclassified error is retryable", onAnswer(errors.New("connection reset"), 1, t0, at(time.Hour), policy, 0),

@@ -37,6 +37,8 @@ var _ Store = (*store.Store)(nil)
 // once msgs[i] is confirmed.
 type publisher interface {
 	PublishBatch(ctx context.Context, msgs []broker.Outgoing) (results []error, err error)
+	// Blocked reports whether the broker blocks publishing (a resource alarm).
+	Blocked() (bool, string)
 	Close()
 }
 

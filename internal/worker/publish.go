@@ -19,7 +19,9 @@ import (
 func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker.Outgoing {
 	env := it.env
 	env.Fence = fence
-	env.Attempt = it.att.Number
+	if it.att.Number != 0 { // claimed: the copy carries its attempt number (else it keeps the message's)
+		env.Attempt = it.att.Number
+	}
 	body, headers, err := w.keys.Seal(env)
 	if err != nil {
 		panic(err) // an Envelope always encodes

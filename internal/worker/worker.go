@@ -170,6 +170,9 @@ type Deps struct {
 	// of checking that the channel's queues and exchanges exist. Zero value:
 	// check only.
 	DeclareTopology bool
+	// PublishTimeout bounds each confirmed publish of retries, deferrals and
+	// dead letters. Zero value: broker.DefaultPublishTimeout.
+	PublishTimeout time.Duration
 }
 
 // Limiter reserves send slots for up to want of a tenant's messages on a
@@ -189,10 +192,11 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	if cfg.PoisonAfter <= 0 {
 		cfg.PoisonAfter = max(1, topo.DeliveryLimit-2)
 	}
+	pub := broker.NewPublisher(d.AMQPURL, topo, cfg.Name+"-publisher")
+	pub.Timeout = d.PublishTimeout
 	w := &Worker{
 		cfg: cfg, url: d.AMQPURL, topo: topo, declare: d.DeclareTopology, store: d.Store, sender: d.Sender, keys: d.Keys,
-		clock: d.Clock, log: d.Log, rand: d.Rand, m: d.Metrics, fleet: d.Limiter,
-		pub: broker.NewPublisher(d.AMQPURL, topo, cfg.Name+"-publisher"),
+		clock: d.Clock, log: d.Log, rand: d.Rand, m: d.Metrics, fleet: d.Limiter, pub: pub,
 	}
 	if w.clock == nil {
 		w.clock = clock.Real{}
@@ -206,8 +210,13 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	return w, nil
 }
 
-// Ready reports whether the worker is connected and consuming.
-func (w *Worker) Ready() bool { return w.ready.Load() }
+// Ready reports whether the worker is connected and consuming, and may
+// publish: while the broker blocks its publisher (a resource alarm) it could
+// neither hand retries back nor dead-letter, so it is not ready.
+func (w *Worker) Ready() bool {
+	blocked, _ := w.pub.Blocked()
+	return w.ready.Load() && !blocked
+}
 
 // Counts returns the running totals.
 func (w *Worker) Counts() Counts {

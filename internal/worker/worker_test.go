@@ -259,3 +259,35 @@ func TestCanceledWhileQueuedIsNotSent(t *testing.T) {
 	require.Equal(t, reminder.Canceled, b.waitState(t, id, reminder.Canceled).State)
 	require.Empty(t, b.sms.Attempts())
 }
+
+// Issue 13, finding 8: after a 429 with Retry-After 600 s, a replayed copy
+// of the retry message was sent 7 s later, and a Retry-After longer than the
+// longest retry tier was cut to that tier. Now the next attempt time keeps
+// the whole Retry-After, and neither the replayed copy nor the retry message
+// back from its tier (2 s here, the longest) is sent before it: each goes
+// back to wait. Once the clock passes it, the reminder is sent, once.
+func TestRetryWaitsForItsNextAttemptTimeEvenWhenReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	require.NoError(t, b.sms.SetConfig(fakesms.Config{RetryAfterSeconds: 600, Script: []fakesms.Outcome{"429"}}))
+	id := b.schedule(t, "k", 2*time.Hour)
+	b.dispatch(t)
+	r := b.waitState(t, id, reminder.Retrying)
+	require.NotNil(t, r.NextAttemptAt)
+	require.WithinDuration(t, b.clock.Now().Add(10*time.Minute), *r.NextAttemptAt, 10*time.Second,
+		"the Retry-After is kept whole")
+
+	body, headers, err := b.keys.Seal(message.Envelope{ReminderID: id, Fence: r.Fence, IdempotencyKey: r.IdempotencyKey,
+		Channel: "sms", Tenant: "acme", Deadline: r.Deadline, Attempt: 1, FirstSeen: b.clock.Now()})
+	require.NoError(t, err)
+	b.publishRaw(t, "replayed", body, headers)
+	// The replayed copy and the retry message (back after 2 s) each went
+	// back to wait, unsent.
+	require.Eventually(t, func() bool { return b.worker.Counts().Deferred >= 2 }, 20*time.Second, 20*time.Millisecond)
+	require.Len(t, b.sms.Attempts(), 1, "nothing is sent before the next attempt time")
+	require.Equal(t, reminder.Retrying, b.waitState(t, id, reminder.Retrying).State)
+
+	b.clock.Advance(10 * time.Minute)
+	b.waitState(t, id, reminder.Delivered)
+	require.Len(t, b.sms.Attempts(), 2, "one more attempt, however many copies were waiting")
+}

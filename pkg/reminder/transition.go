@@ -134,7 +134,7 @@ var Transitions = slices.Concat(
 	[]Transition{
 		{From: Pending, To: Enqueued, Actor: Dispatcher, Code: CodeClaimed, Statement: "ClaimDue",
 			Doc: "due before the run's cutoff: dispatch lease and batch number, then published"},
-		{From: Pending, To: Expired, Actor: Dispatcher, Code: CodeDeadlineBeforeDispatch, Statement: "ClaimDue",
+		{From: Pending, To: Expired, Actor: Dispatcher, Code: CodeDeadlineBeforeDispatch, Statement: "ClaimDue, ExpireDue",
 			Doc: "due, but its deadline passed before it was claimed"},
 		{From: Pending, To: Leased, Actor: Dispatcher, Code: CodeClaimed, Legacy: true,
 			Doc: "the claim of a dispatcher before schema version 7"},
