@@ -247,9 +247,9 @@ SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempot
  WHERE id = ANY(@ids::bigint[]);
 
 -- name: ClaimForDelivery
--- A worker's conditional write before sending: rows still carrying the
--- message's fence, due and before their deadline, become sending under a new
--- fence with a send lease; each gets an attempt row. An enqueued row is
+-- A worker's conditional write before sending: rows of the worker's channel
+-- still carrying the message's fence, due and before their deadline, become
+-- sending under a new fence with a send lease; each gets an attempt row. An enqueued row is
 -- accepted whether or not its batch's publish confirmation is recorded yet
 -- (the message in hand proves the publish; the fence proves it is the
 -- current one), and so is leased (rows of an earlier version's dispatcher).
@@ -269,7 +269,7 @@ WITH m AS (
        SET state = 'sending', fence = r.fence + 1, attempts = r.attempts + 1,
            lease_until = @lease_until, next_attempt_at = NULL, updated_at = @now
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence
+     WHERE r.id = cur.id AND r.fence = cur.fence AND r.channel = @channel
        AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
        AND r.deadline > @now AND r.due_at <= @now
  RETURNING r.id, cur.old_state, r.fence, r.attempts

@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -327,22 +328,48 @@ type Attempt struct {
 
 // ClaimAttempts moves the given reminders from enqueued or retrying to
 // sending, each only while it still has the given fence, is due and is
-// before its deadline at now. It returns the attempts it claimed by reminder id.
+// before its deadline at now. It returns the attempts it claimed by reminder
+// id. It claims each reminder under its own channel, whatever that is: it is
+// for tests and tools; a worker claims with ClaimForDelivery, bound to its
+// channel.
 func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Attempt, error) {
-	_, claimed, err := s.ClaimForDelivery(ctx, now, fs, lease, actor)
-	return claimed, err
+	ids, _ := split(fs)
+	rows, err := s.LoadForDelivery(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byChannel := map[reminder.Channel][]Fenced{}
+	for _, f := range fs {
+		if r, ok := rows[f.ID]; ok {
+			byChannel[r.Channel] = append(byChannel[r.Channel], f)
+		}
+	}
+	out := map[int64]Attempt{}
+	for channel, fs := range byChannel {
+		_, claimed, err := s.ClaimForDelivery(ctx, now, channel, fs, lease, actor)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, claimed)
+	}
+	return out, nil
 }
 
 // ClaimForDelivery is LoadForDelivery and ClaimAttempts in one statement:
-// it claims, as ClaimAttempts does, every given reminder that still has the
-// given fence, is due and is before its deadline at now, and returns every
-// given reminder that exists as it was before the claim (by id), with the
-// attempts it claimed (by reminder id). A row returned without an attempt
-// was not claimed: the caller judges from the row why.
-func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
+// it claims, as ClaimAttempts does, every given reminder of channel that
+// still has the given fence, is due and is before its deadline at now, and
+// returns every given reminder that exists as it was before the claim (by
+// id), with the attempts it claimed (by reminder id). A row returned without
+// an attempt was not claimed: the caller judges from the row why. A
+// reminder of another channel is never claimed: a worker acts only on its
+// own channel's work, whatever a message names.
+func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
+	if !channel.Valid() {
+		return nil, nil, fmt.Errorf("claiming reminders for delivery: channel %q: must be email or sms", channel)
+	}
 	ids, fences := split(fs)
 	rows, err := s.pool.Query(ctx, query("ClaimForDelivery"), pgx.NamedArgs{
-		"now": now, "ids": ids, "fences": fences, "lease_until": now.Add(lease), "actor": actor,
+		"now": now, "channel": string(channel), "ids": ids, "fences": fences, "lease_until": now.Add(lease), "actor": actor,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)

@@ -709,7 +709,7 @@ func TestClaimForDeliveryClaimsAndExplains(t *testing.T) {
 	b.clock.Advance(2 * time.Second) // late's deadline passes
 	now = b.clock.Now()
 
-	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, []store.Fenced{
+	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, reminder.Email, []store.Fenced{
 		{ID: ok, Fence: okFence}, {ID: stale, Fence: staleFence - 1}, {ID: late, Fence: lateFence}, {ID: 999999, Fence: 1},
 	}, time.Minute, "w")
 	require.NoError(t, err)
