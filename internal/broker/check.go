@@ -60,11 +60,11 @@ func (t Topology) PublisherUses() Uses {
 }
 
 // WorkerUses is what a channel's worker relies on: its work queue, its retry
-// tiers (published to by name through the default exchange; they
-// dead-letter back to the work exchange), and the dead-letter exchange with
-// its channel's dead-letter queue.
+// exchange and the retry tiers bound to it (which dead-letter back to the
+// work exchange), and the dead-letter exchange with its channel's
+// dead-letter queue.
 func (t Topology) WorkerUses(channel string) Uses {
-	u := Uses{Exchanges: []string{t.WorkExchange(), t.DeadExchange()}, Queues: []string{t.Queue(channel)}}
+	u := Uses{Exchanges: []string{t.WorkExchange(), t.DeadExchange(), t.RetryExchange(channel)}, Queues: []string{t.Queue(channel)}}
 	for _, d := range t.RetryTiers {
 		u.Queues = append(u.Queues, t.RetryQueue(channel, d))
 	}
@@ -74,7 +74,7 @@ func (t Topology) WorkerUses(channel string) Uses {
 
 // AllUses is the whole topology.
 func (t Topology) AllUses() Uses {
-	return Uses{Exchanges: []string{t.WorkExchange(), t.DeadExchange()}, Queues: t.Queues()}
+	return Uses{Exchanges: t.Exchanges(), Queues: t.Queues()}
 }
 
 // Check verifies with passive declares that everything u names exists, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -49,7 +50,8 @@ func TestCheckNamesEverythingMissingAndHowToDeclareIt(t *testing.T) {
 	require.ErrorIs(t, err, broker.ErrTopologyMissing)
 	var missing *broker.MissingError
 	require.ErrorAs(t, err, &missing)
-	want := []string{"exchange " + topo.WorkExchange(), "exchange " + topo.DeadExchange(), "queue " + topo.Queue("email")}
+	want := []string{"exchange " + topo.WorkExchange(), "exchange " + topo.DeadExchange(), "exchange " + topo.RetryExchange("email"),
+		"queue " + topo.Queue("email")}
 	for _, d := range topo.RetryTiers {
 		want = append(want, "queue "+topo.RetryQueue("email", d))
 	}
@@ -110,4 +112,38 @@ func TestPublisherNamesAMissingExchange(t *testing.T) {
 	require.ErrorIs(t, err, broker.ErrTopologyMissing)
 	require.Contains(t, err.Error(), "exchange "+topo.WorkExchange())
 	require.False(t, errors.Is(err, broker.ErrNotConfirmed), "nothing was attempted")
+}
+
+// Retries go through a channel's own retry exchange, which reaches that
+// channel's retry tiers and nothing else; a tier dead-letters back to the
+// channel's work queue.
+func TestRetryExchangeReachesOnlyItsChannelsTiers(t *testing.T) {
+	t.Parallel()
+	mq := testenv.RabbitMQ(t)
+	topo := mq.Topology.WithDefaults()
+	pub := broker.NewPublisher(mq.URL, topo, "broker-test")
+	defer pub.Close()
+	tier := topo.RetryTiers[0]
+	msg := func(id string) amqp.Publishing {
+		return amqp.Publishing{MessageId: id, Body: []byte("{}"), DeliveryMode: amqp.Persistent}
+	}
+	results, err := pub.PublishBatch(context.Background(), []broker.Outgoing{
+		{Exchange: topo.RetryExchange("email"), RoutingKey: topo.RetryQueue("email", tier), Msg: msg("r-1")},
+		{Exchange: topo.RetryExchange("email"), RoutingKey: topo.RetryQueue("sms", tier), Msg: msg("r-2")},
+		{Exchange: topo.RetryExchange("email"), RoutingKey: topo.Queue("sms"), Msg: msg("r-3")},
+	})
+	require.NoError(t, err)
+	require.NoError(t, results[0], "the email tier through the email retry exchange")
+	require.ErrorIs(t, results[1], broker.ErrUnroutable, "an sms tier through the email retry exchange")
+	require.ErrorIs(t, results[2], broker.ErrUnroutable, "the sms work queue through the email retry exchange")
+
+	conn := dial(t, mq.URL)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	require.Eventually(t, func() bool { // the tier's TTL passes: back on the work queue
+		q, err := ch.QueueDeclarePassive(topo.Queue("email"), true, false, false, false, nil)
+		require.NoError(t, err)
+		return q.Messages == 1
+	}, 10*time.Second, 20*time.Millisecond)
 }

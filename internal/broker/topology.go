@@ -13,6 +13,10 @@
 //	P.C.retry.D quorum retry tier with x-message-ttl D, dead-lettering back to
 //	            P.work with routing key C (one queue per delay: expiry only
 //	            happens at the head, so one TTL per queue keeps tiers honest)
+//	P.C.retry   direct exchange; routing key P.C.retry.D → queue P.C.retry.D.
+//	            The worker of C publishes its retries here, and may write to
+//	            no other exchange but P.dead: never the default exchange,
+//	            which reaches every queue by name, other channels' included
 //
 // Declarations are idempotent; a queue declared earlier with other arguments
 // makes the declaration fail loudly (406) rather than run with a drifted shape.
@@ -113,6 +117,19 @@ func (t Topology) Queue(channel string) string { return t.Prefix + "." + channel
 // DeadQueue is the dead-letter queue of a channel.
 func (t Topology) DeadQueue(channel string) string { return t.Prefix + "." + channel + ".dead" }
 
+// RetryExchange is the exchange a channel's worker publishes retries to,
+// with the retry tier's queue name as the routing key.
+func (t Topology) RetryExchange(channel string) string { return t.Prefix + "." + channel + ".retry" }
+
+// Exchanges lists every exchange name.
+func (t Topology) Exchanges() []string {
+	out := []string{t.WorkExchange(), t.DeadExchange()}
+	for _, c := range t.Channels {
+		out = append(out, t.RetryExchange(c))
+	}
+	return out
+}
+
 // RetryQueue is the retry tier of a channel with the given delay.
 func (t Topology) RetryQueue(channel string, delay time.Duration) string {
 	return fmt.Sprintf("%s.%s.retry.%s", t.Prefix, channel, delay)
@@ -186,7 +203,7 @@ func isPreconditionFailed(err error) bool {
 // its dead-letter exchange; binding needs write on the queue and read on the
 // exchange. Only the migration step (and development) calls it.
 func (t Topology) Declare(ch *amqp.Channel) error {
-	for _, ex := range []string{t.WorkExchange(), t.DeadExchange()} {
+	for _, ex := range t.Exchanges() {
 		if err := ch.ExchangeDeclare(ex, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 			return fmt.Errorf("declaring exchange %s: %w", ex, err)
 		}
@@ -209,7 +226,8 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 			retry["x-message-ttl"] = d.Milliseconds()
 			retry["x-dead-letter-exchange"] = t.WorkExchange()
 			retry["x-dead-letter-routing-key"] = c
-			if err := declareBound(ch, t.RetryQueue(c, d), retry, "", ""); err != nil {
+			q := t.RetryQueue(c, d)
+			if err := declareBound(ch, q, retry, t.RetryExchange(c), q); err != nil {
 				return err
 			}
 		}
@@ -220,9 +238,6 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 func declareBound(ch *amqp.Channel, queue string, args amqp.Table, exchange, key string) error {
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
 		return fmt.Errorf("declaring queue %s: %w", queue, err)
-	}
-	if exchange == "" {
-		return nil // reached through the default exchange by queue name
 	}
 	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
 		return fmt.Errorf("binding queue %s to %s/%s: %w", queue, exchange, key, err)
@@ -237,7 +252,7 @@ func (t Topology) Delete(ch *amqp.Channel) error {
 			return fmt.Errorf("deleting queue %s: %w", q, err)
 		}
 	}
-	for _, ex := range []string{t.WorkExchange(), t.DeadExchange()} {
+	for _, ex := range t.Exchanges() {
 		if err := ch.ExchangeDelete(ex, false, false); err != nil {
 			return fmt.Errorf("deleting exchange %s: %w", ex, err)
 		}

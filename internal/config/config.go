@@ -144,7 +144,8 @@ func (c *Common) RegisterDB(fs *pflag.FlagSet) {
 func (c *Common) RegisterBroker(fs *pflag.FlagSet) {
 	fs.StringVar(&c.AMQPURL, "amqp-url", DefaultAMQPURL, "RabbitMQ connection URL")
 	fs.StringVar(&c.SigningKeys, "signing-keys", "",
-		"message signing keys, KID:SECRET[,KID:SECRET...]; the first signs, all verify (required)")
+		"message signing keys, KID:SECRET[,KID:SECRET...]; the first signs, all verify (required). "+
+			"A worker may hold only its channel's keys, KID@CHANNEL:HEX (nudgectl keys derive)")
 	fs.StringVar(&c.QueuePrefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
 	fs.DurationVar(&c.PublishTimeout, "publish-timeout", broker.DefaultPublishTimeout,
 		"bound on publishing a batch and waiting for its confirmations; past it the messages count as unconfirmed")

@@ -203,6 +203,11 @@ func CheckSigningKeys(spec string) error {
 				return fmt.Errorf("signing key %q is a placeholder (it contains %q): generate one, e.g. KID:$(openssl rand -base64 32)", kid, p)
 			}
 		}
+		// A channel key (KID@CHANNEL:HEX) is 32 bytes by construction; the
+		// shipped example's placeholder is one of all zeros.
+		if strings.Contains(kid, "@") && strings.Trim(secret, "0") == "" {
+			return fmt.Errorf("signing key %q is a placeholder (all zeros): derive it with nudgectl keys derive --channel", kid)
+		}
 		if len(secret) < MinSigningSecret {
 			return fmt.Errorf("signing key %q: secret is %d bytes, want at least %d (e.g. KID:$(openssl rand -base64 32))", kid, len(secret), MinSigningSecret)
 		}

@@ -120,6 +120,8 @@ func TestCheckSigningKeys(t *testing.T) {
 		{"dev:change-me-0123456789abcdef0123456789abcdef", `"dev" is a placeholder`},
 		{good + ",old:0123456789abcdef0123", `"old": secret is 20 bytes, want at least 32`},
 		{"k1", "want KID:SECRET"},
+		{"k1@sms:" + strings.Repeat("ab", 32), ""},
+		{"k1@sms:" + strings.Repeat("0", 64), `"k1@sms" is a placeholder (all zeros)`},
 	} {
 		err := config.CheckSigningKeys(tc.spec)
 		if tc.want == "" {

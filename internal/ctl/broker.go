@@ -3,6 +3,7 @@ package ctl
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -32,8 +33,8 @@ func (tf *topologyFlags) declare(out io.Writer) error {
 	if err := t.PrepareAt(tf.amqpURL, "nudgectl-declare", true, broker.Uses{}); err != nil {
 		return fmt.Errorf("declaring the broker topology: %w", err)
 	}
-	fmt.Fprintf(out, "declared the broker topology: exchanges %s and %s, %d queues (prefix %s)\n",
-		t.WorkExchange(), t.DeadExchange(), len(t.Queues()), t.Prefix)
+	fmt.Fprintf(out, "declared the broker topology: exchanges %s, %d queues (prefix %s)\n",
+		strings.Join(t.Exchanges(), ", "), len(t.Queues()), t.Prefix)
 	return nil
 }
 
@@ -43,8 +44,8 @@ func (tf *topologyFlags) check(out io.Writer) error {
 	if err := t.PrepareAt(tf.amqpURL, "nudgectl-check", false, t.AllUses()); err != nil {
 		return fmt.Errorf("checking the broker topology: %w", err)
 	}
-	fmt.Fprintf(out, "the broker topology is complete: exchanges %s and %s, %d queues (prefix %s)\n",
-		t.WorkExchange(), t.DeadExchange(), len(t.Queues()), t.Prefix)
+	fmt.Fprintf(out, "the broker topology is complete: exchanges %s, %d queues (prefix %s)\n",
+		strings.Join(t.Exchanges(), ", "), len(t.Queues()), t.Prefix)
 	return nil
 }
 

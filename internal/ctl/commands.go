@@ -44,7 +44,7 @@ func Command() *cobra.Command {
 		return ctx, pool, func() { pool.Close(); stop() }, nil
 	}
 	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect),
-		replayCmd(connect), dlqCmd(connect), brokerCmd())
+		replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd())
 	commandLineOnly(root)
 	return root
 }

@@ -157,6 +157,7 @@ func checkCompose(file string, cs clis) []error {
 		errs = append(errs, fmt.Errorf("%s: no service runs `nudgectl migrate`", base))
 	}
 	errs = append(errs, checkComposeDeclarer(res, migrate)...)
+	errs = append(errs, checkSigningKeys(base, res)...)
 	for _, name := range slices.Sorted(maps.Keys(res)) {
 		r, s := res[name], cf.Services[name]
 		deps := composeDeps(s.DependsOn)

@@ -38,6 +38,11 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{Name: "migrate restarts", Old: `restart: "no"`, New: `restart: on-failure`, Want: `restart: "no"`},
 		{Name: "short stop grace", Old: "stop_grace_period: 30s", New: "stop_grace_period: 20s", Want: "stop_grace_period 20s must exceed --grace 25s"},
 		{Name: "send outlives the drain", Old: `["email-worker", "--send-timeout", "20s"]`, New: `["email-worker"]`, Want: "--send-timeout 30s (from default) must be below --grace 25s (from default)"},
+		{Name: "worker keys not derived from the root keys", Old: "NUDGE_SIGNING_KEYS: dev@sms:b3", New: "NUDGE_SIGNING_KEYS: dev@sms:c3",
+			Want: "service sms-worker: --signing-keys (from NUDGE_SIGNING_KEYS) are neither dispatcher's root keys nor the sms keys derived from them"},
+		{Name: "worker holds the other channel's keys", Old: "NUDGE_SIGNING_KEYS: dev@sms:b3b435cad27bf3168aa3d792088110e53c7d4f179c91e14e6593ddc451b70496",
+			New:  "NUDGE_SIGNING_KEYS: dev@email:dab1057a8f11aceff6add0b79b7a11d39d7e95d85eea35da5c0c95fb07066af3",
+			Want: "service sms-worker: --signing-keys"},
 		{Name: "missing required flag", Old: "  NUDGE_SIGNING_KEYS: dev:compose-dev-signing-key-0123456789abcdef\n", New: "\n", Want: "--signing-keys is required"},
 	} {
 		t.Run(b.Name, func(t *testing.T) {

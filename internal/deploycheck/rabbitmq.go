@@ -106,8 +106,9 @@ type access struct {
 // mqPolicy is what each user must be able to do, and what it must not.
 //
 // Only nudge-migrate declares the topology (nudgectl migrate
-// --declare-topology, broker.Topology.Declare): both exchanges, every
-// channel's work, dead-letter and retry queues, and the bindings. Declaring a
+// --declare-topology, broker.Topology.Declare): the work and dead-letter
+// exchanges, each channel's retry exchange, every channel's work,
+// dead-letter and retry queues, and the bindings. Declaring a
 // queue with x-dead-letter-exchange also needs read on the queue and write on
 // that exchange (RabbitMQ checks it when it creates the queue, so that a
 // declarer cannot siphon a queue's messages off through its dead letters).
@@ -115,7 +116,10 @@ type access struct {
 // permission (broker.Check), so it gets no configure at all: each user may
 // publish only where its binary publishes and consume only its own queue.
 // Write on a queue is denied to everyone but the declarer too: with read on
-// an exchange it would let a user add bindings.
+// an exchange it would let a user add bindings. A worker publishes its
+// retries through its channel's retry exchange, never the default exchange
+// (amq.default), which reaches every queue by name: with it, the SMS worker
+// could put work in the email queue and its retry tiers.
 func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 	need, deny = map[string][]access{}, map[string][]access{}
 	for _, ex := range []string{topo.WorkExchange(), topo.DeadExchange()} {
@@ -124,6 +128,8 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 	}
 	for _, c := range topo.Channels {
 		need[mqMigrate] = append(need[mqMigrate],
+			access{"configure", topo.RetryExchange(c), "declares the exchange"},
+			access{"read", topo.RetryExchange(c), "binds the retry tiers to the exchange"},
 			access{"configure", topo.Queue(c), "declares the queue"},
 			access{"write", topo.Queue(c), "binds the queue"},
 			access{"read", topo.Queue(c), "declares the queue with a dead-letter exchange"},
@@ -133,6 +139,7 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 		for _, d := range topo.RetryTiers {
 			need[mqMigrate] = append(need[mqMigrate],
 				access{"configure", topo.RetryQueue(c, d), "declares the retry tier"},
+				access{"write", topo.RetryQueue(c, d), "binds the retry tier"},
 				access{"read", topo.RetryQueue(c, d), "declares the retry tier with a dead-letter exchange"},
 				access{"write", topo.WorkExchange(), "declares " + topo.RetryQueue(c, d) + " dead-lettering to it"})
 		}
@@ -143,7 +150,8 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 	all = append(all, mqOperator, mqKEDA)
 	// Names outside the topology nobody may touch.
 	foreign := []string{"nudge.other", "nudge.email.other", "other.email", "nudgeXwork", "amq.topic", "amq.direct",
-		"x" + topo.WorkExchange(), topo.WorkExchange() + "x", topo.Queue("email") + ".retry.1s.x"}
+		"x" + topo.WorkExchange(), topo.WorkExchange() + "x", topo.Queue("email") + ".retry.1s.x",
+		topo.RetryExchange("email") + "x", topo.Queue("email") + ".retryx"}
 	for _, u := range all {
 		for _, n := range foreign {
 			for _, p := range []string{"configure", "write", "read"} {
@@ -151,7 +159,7 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 			}
 		}
 	}
-	exchanges := []string{topo.WorkExchange(), topo.DeadExchange()}
+	exchanges := topo.Exchanges()
 	for _, u := range append(slices.Clone(fleet), mqOperator, mqKEDA) {
 		for _, n := range append(topo.Queues(), exchanges...) {
 			deny[u] = append(deny[u], access{"configure", n, "only the migration step declares (or deletes) the topology"})
@@ -167,6 +175,9 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 		need[u] = append(need[u], access{"write", topo.WorkExchange(), "publishes work"})
 		deny[u] = append(deny[u], access{"write", "amq.default", "publishes only through " + topo.WorkExchange()},
 			access{"write", topo.DeadExchange(), "never dead-letters"})
+		for _, c := range topo.Channels {
+			deny[u] = append(deny[u], access{"write", topo.RetryExchange(c), "never retries"})
+		}
 		for _, q := range topo.Queues() {
 			deny[u] = append(deny[u], access{"read", q, "publishes, never consumes"})
 		}
@@ -174,9 +185,15 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 	for u, own := range map[string]string{mqEmail: "email", mqSMS: "sms"} {
 		need[u] = append(need[u],
 			access{"read", topo.Queue(own), "consumes its channel's queue"},
-			access{"write", "amq.default", "publishes retries to the retry tiers by queue name"},
+			access{"write", topo.RetryExchange(own), "publishes retries to its channel's retry tiers"},
 			access{"write", topo.DeadExchange(), "dead-letters what it cannot verify or keeps failing"})
-		deny[u] = append(deny[u], access{"write", topo.WorkExchange(), "must not publish new work"})
+		deny[u] = append(deny[u], access{"write", topo.WorkExchange(), "must not publish new work"},
+			access{"write", "amq.default", "reaches every queue by name, other channels' included: retries go through " + topo.RetryExchange(own)})
+		for _, c := range topo.Channels {
+			if c != own {
+				deny[u] = append(deny[u], access{"write", topo.RetryExchange(c), "must not act on another channel's work"})
+			}
+		}
 		for _, q := range topo.Queues() {
 			if q != topo.Queue(own) {
 				deny[u] = append(deny[u], access{"read", q, "consumes only " + topo.Queue(own)})
@@ -192,6 +209,9 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 	}
 	need[mqOperator] = append(need[mqOperator], access{"write", topo.WorkExchange(), "replays dead letters"})
 	deny[mqOperator] = append(deny[mqOperator], access{"write", "amq.default", "replays through " + topo.WorkExchange()})
+	for _, c := range topo.Channels {
+		deny[mqOperator] = append(deny[mqOperator], access{"write", topo.RetryExchange(c), "replays through " + topo.WorkExchange()})
+	}
 	for _, n := range append(topo.Queues(), exchanges...) {
 		for _, p := range []string{"write", "read"} {
 			deny[mqKEDA] = append(deny[mqKEDA], access{p, n, "reads queue depth by passive declare, which needs no permission"})

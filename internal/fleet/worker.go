@@ -64,6 +64,13 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	if err != nil {
 		return err
 	}
+	if keys.Root() {
+		// Allowed (the upgrade to channel keys starts with the root keys,
+		// which also verify messages signed before it), but a worker holding
+		// them can sign every channel's work.
+		env.Log.Warn().Str("channel", string(o.Config.Channel)).
+			Msg("this worker holds the root signing keys; give it only its channel's (nudgectl keys derive, docs/deploy.md)")
+	}
 	lim, err := ratelimit.Load(o.Limits)
 	if err != nil {
 		return fmt.Errorf("--limits: %w", err)
@@ -90,7 +97,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	cfg := o.Config
 	cfg.Name = config.Actor(o.Name)
 	w, err := worker.New(cfg, worker.Deps{
-		AMQPURL: o.Common.AMQPURL, Topology: o.Common.Topology(), Store: store.New(pool), Sender: sender,
+		AMQPURL: o.Common.AMQPURL, Topology: o.Common.Topology(), Store: store.New(pool).ForChannel(o.Config.Channel), Sender: sender,
 		Keys: keys, Clock: env.Clock, Log: env.Log, Metrics: metrics.New(env.Registry), Limiter: limiter,
 		DeclareTopology: o.Common.DeclareTopology, PublishTimeout: o.Common.PublishTimeout,
 	})

@@ -6,6 +6,13 @@
 // Every body is signed with HMAC-SHA256 under a named key. Several keys can be
 // configured: the first signs, all verify, so a key is rotated by adding the
 // new one first, waiting for queued messages to drain, then dropping the old.
+//
+// The MAC is bound to the channel the body names: each message is signed with
+// a key derived from the root secret for that channel (ChannelKey), so a
+// process given only the SMS key (a worker, KID@sms:HEX) can verify and sign
+// SMS work but holds nothing that signs email work. The dispatcher, the
+// reconciler and nudgectl keep the root secrets, from which every channel's
+// key follows.
 package message
 
 import (
@@ -16,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -83,40 +91,93 @@ const MaxBodyBytes = 4 << 10
 // Keyring holds the signing keys.
 type Keyring struct {
 	active string
-	keys   map[string][]byte
+	// keys are the root secrets by key id: each signs and verifies every
+	// channel (through ChannelKey), and verifies legacy messages too.
+	keys map[string][]byte
+	// channelKeys are derived keys held without their root, by key id then
+	// channel: each signs and verifies its channel only.
+	channelKeys map[string]map[string][]byte
+	// order is the key ids as listed, the active one first.
+	order []string
 }
 
 // MinSecretLen is the shortest secret accepted (bytes).
 const MinSecretLen = 16
 
-// ParseKeys parses "kid:secret[,kid:secret...]". The first key signs; every
-// key verifies. Key ids are letters, digits, '-' and '_'.
+// channelKeyLabel prefixes the channel name in the derivation of a channel
+// key. Changing it changes every channel key: it is versioned instead.
+const channelKeyLabel = "nudge/v1/channel/"
+
+// ChannelKey derives the key that signs and verifies the messages of channel
+// from a root secret: HMAC-SHA256(secret, "nudge/v1/channel/"+channel). A
+// holder of one channel's key learns nothing about the root secret or the
+// other channels' keys.
+func ChannelKey(secret []byte, channel string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(channelKeyLabel + channel))
+	return m.Sum(nil)
+}
+
+// validName reports whether s is a valid key id or channel name: letters,
+// digits, '-' and '_'.
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// ParseKeys parses a comma-separated list of keys, each either a root secret
+// "KID:SECRET" or one channel's derived key "KID@CHANNEL:HEX" (64 hex
+// digits, Keyring.ChannelSpec). The first key's id signs; every key verifies. A
+// key id is either a root or a set of channel keys, never both. Key ids and
+// channels are letters, digits, '-' and '_'.
 func ParseKeys(spec string) (*Keyring, error) {
-	k := &Keyring{keys: map[string][]byte{}}
+	k := &Keyring{keys: map[string][]byte{}, channelKeys: map[string]map[string][]byte{}}
 	for i, part := range strings.Split(spec, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
 			continue
 		}
-		kid, secret, ok := strings.Cut(part, ":")
+		name, secret, ok := strings.Cut(part, ":")
+		kid, channel, derived := strings.Cut(name, "@")
 		if !ok || kid == "" {
-			return nil, fmt.Errorf("signing key %d: want KID:SECRET", i+1)
+			return nil, fmt.Errorf("signing key %d: want KID:SECRET or KID@CHANNEL:HEX", i+1)
 		}
-		for _, r := range kid {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return nil, fmt.Errorf("signing key %d: key id %q may hold only letters, digits, '-' and '_'", i+1, kid)
+		if !validName(kid) {
+			return nil, fmt.Errorf("signing key %d: key id %q may hold only letters, digits, '-' and '_'", i+1, kid)
+		}
+		_, dupRoot := k.keys[kid]
+		if derived {
+			if !validName(channel) {
+				return nil, fmt.Errorf("signing key %d: channel %q may hold only letters, digits, '-' and '_'", i+1, channel)
 			}
+			key, err := hex.DecodeString(secret)
+			if err != nil || len(key) != sha256.Size {
+				return nil, fmt.Errorf("signing key %q: a channel key is %d hex digits (nudgectl keys derive)", name, 2*sha256.Size)
+			}
+			if _, dup := k.channelKeys[kid][channel]; dup || dupRoot {
+				return nil, fmt.Errorf("signing key %q is listed twice (or beside its root key %q)", name, kid)
+			}
+			if k.channelKeys[kid] == nil {
+				k.channelKeys[kid] = map[string][]byte{}
+			}
+			k.channelKeys[kid][channel] = key
+		} else {
+			if len(secret) < MinSecretLen {
+				return nil, fmt.Errorf("signing key %q: secret must be at least %d bytes", kid, MinSecretLen)
+			}
+			if _, dup := k.channelKeys[kid]; dup || dupRoot {
+				return nil, fmt.Errorf("signing key %q is listed twice", kid)
+			}
+			k.keys[kid] = []byte(secret)
 		}
-		if len(secret) < MinSecretLen {
-			return nil, fmt.Errorf("signing key %q: secret must be at least %d bytes", kid, MinSecretLen)
+		if !slices.Contains(k.order, kid) {
+			k.order = append(k.order, kid)
 		}
-		if _, dup := k.keys[kid]; dup {
-			return nil, fmt.Errorf("signing key %q is listed twice", kid)
-		}
-		k.keys[kid] = []byte(secret)
-		if k.active == "" {
-			k.active = kid
-		}
+		k.active = k.order[0]
 	}
 	if k.active == "" {
 		return nil, errors.New("no signing keys: want KID:SECRET[,KID:SECRET...]")
@@ -127,16 +188,74 @@ func ParseKeys(spec string) (*Keyring, error) {
 // ActiveKeyID is the id of the key that signs.
 func (k *Keyring) ActiveKeyID() string { return k.active }
 
-func (k *Keyring) mac(kid string, body []byte) []byte {
-	m := hmac.New(sha256.New, k.keys[kid])
+// Root reports whether the keyring holds root secrets (and so signs and
+// verifies every channel), as opposed to channel keys only.
+func (k *Keyring) Root() bool { return len(k.keys) > 0 }
+
+// CanSeal reports whether the signing key covers channel.
+func (k *Keyring) CanSeal(channel string) bool {
+	_, ok := k.channelKey(k.active, channel)
+	return ok
+}
+
+// ChannelSpec is the key spec of a keyring that holds only channel's keys,
+// one for each of this keyring's key ids in order (so the same key signs):
+// what a worker of that channel is given. It fails if a key id has no key
+// for channel.
+func (k *Keyring) ChannelSpec(channel string) (string, error) {
+	if !validName(channel) {
+		return "", fmt.Errorf("channel %q may hold only letters, digits, '-' and '_'", channel)
+	}
+	specs := make([]string, len(k.order))
+	for i, kid := range k.order {
+		key, ok := k.channelKey(kid, channel)
+		if !ok {
+			return "", fmt.Errorf("%w %q for channel %q", ErrUnknownKey, kid, channel)
+		}
+		specs[i] = kid + "@" + channel + ":" + hex.EncodeToString(key)
+	}
+	return strings.Join(specs, ","), nil
+}
+
+// channelKey is kid's key for channel: derived from the root secret, or the
+// channel key held without it.
+func (k *Keyring) channelKey(kid, channel string) ([]byte, bool) {
+	if secret, ok := k.keys[kid]; ok {
+		return ChannelKey(secret, channel), true
+	}
+	key, ok := k.channelKeys[kid][channel]
+	return key, ok
+}
+
+// mac is the MAC of body under key kid's key: HMAC-SHA256(key, kid 0 body).
+func mac(key []byte, kid string, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte(kid))
 	m.Write([]byte{0})
 	m.Write(body)
 	return m.Sum(nil)
 }
 
-// Seal encodes env and signs it, returning the body and the headers to send.
+// channelOf reads the channel a body names, before it is verified, to pick
+// the key that must have signed it; Open decodes the body strictly only once
+// it verifies. "" when the body names none.
+func channelOf(body []byte) string {
+	var b struct {
+		Channel string `json:"channel"`
+	}
+	_ = json.Unmarshal(body, &b)
+	return b.Channel
+}
+
+// Seal encodes env and signs it with the active key's key for env.Channel,
+// returning the body and the headers to send. A keyring of channel keys can
+// seal only the channels it holds keys for.
 func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err error) {
+	key, ok := k.channelKey(k.active, env.Channel)
+	if !ok {
+		return nil, nil, fmt.Errorf("sealing a message for reminder %d: %w %q for channel %q",
+			env.ReminderID, ErrUnknownKey, k.active, env.Channel)
+	}
 	body, err = json.Marshal(env)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding message for reminder %d: %w", env.ReminderID, err)
@@ -147,12 +266,17 @@ func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err e
 	}
 	return body, map[string]any{
 		HeaderKeyID:     k.active,
-		HeaderSignature: hex.EncodeToString(k.mac(k.active, body)),
+		HeaderSignature: hex.EncodeToString(mac(key, k.active, body)),
 	}, nil
 }
 
-// Open verifies the signature in headers over body and decodes it. A body
-// longer than MaxBodyBytes is refused before anything else (ErrTooLarge).
+// Open verifies the signature in headers over body and decodes it. The
+// signature must be made with the key of the channel the body names; a
+// keyring holding the key id's root secret also accepts a MAC made with the
+// root secret itself (messages sealed before channel keys existed, queued
+// across the upgrade), a keyring of channel keys does not.
+// A body longer than MaxBodyBytes is refused before anything else
+// (ErrTooLarge).
 func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	var env Envelope
 	if len(body) > MaxBodyBytes {
@@ -163,12 +287,25 @@ func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	if kid == "" || sig == "" {
 		return env, ErrUnsigned
 	}
-	if _, ok := k.keys[kid]; !ok {
+	channel := channelOf(body)
+	key, ok := k.channelKey(kid, channel)
+	if !ok {
+		if _, known := k.channelKeys[kid]; known {
+			return env, fmt.Errorf("%w %q for channel %q", ErrUnknownKey, kid, channel)
+		}
 		return env, fmt.Errorf("%w %q", ErrUnknownKey, kid)
 	}
 	got, err := hex.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, k.mac(kid, body)) {
+	if err != nil {
 		return env, ErrBadSignature
+	}
+	legacy := false
+	if !hmac.Equal(got, mac(key, kid, body)) {
+		root, isRoot := k.keys[kid]
+		if !isRoot || !hmac.Equal(got, mac(root, kid, body)) {
+			return env, ErrBadSignature
+		}
+		legacy = true
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -178,11 +315,19 @@ func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	if env.ReminderID <= 0 || env.Channel == "" {
 		return env, fmt.Errorf("%w: id and channel are required", ErrMalformed)
 	}
+	if env.Channel != channel && !legacy {
+		return env, fmt.Errorf("%w: channel %q, signed for %q", ErrBadSignature, env.Channel, channel)
+	}
 	return env, nil
 }
 
 // SignForTest returns headers carrying a valid signature of body by the
-// active key, for tests that need a signed body Seal would not produce.
+// active key (for the channel the body names), for tests that need a signed
+// body Seal would not produce.
 func SignForTest(k *Keyring, body []byte) map[string]any {
-	return map[string]any{HeaderKeyID: k.active, HeaderSignature: hex.EncodeToString(k.mac(k.active, body))}
+	key, ok := k.channelKey(k.active, channelOf(body))
+	if !ok {
+		panic("message: SignForTest: the active key does not cover the body's channel")
+	}
+	return map[string]any{HeaderKeyID: k.active, HeaderSignature: hex.EncodeToString(mac(key, k.active, body))}
 }

@@ -1,6 +1,8 @@
 package message
 
 import (
+	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -60,13 +62,7 @@ func TestOpenRefusesUnsignedTamperedMalformed(t *testing.T) {
 }
 
 func signHex(k *Keyring, body []byte) string {
-	const hexdigits = "0123456789abcdef"
-	sum := k.mac(k.active, body)
-	out := make([]byte, 0, len(sum)*2)
-	for _, b := range sum {
-		out = append(out, hexdigits[b>>4], hexdigits[b&15])
-	}
-	return string(out)
+	return SignForTest(k, body)[HeaderSignature].(string)
 }
 
 func TestParseKeysErrors(t *testing.T) {
@@ -77,6 +73,13 @@ func TestParseKeysErrors(t *testing.T) {
 		{"k1:short", "at least 16 bytes"},
 		{"k 1:0123456789abcdef0123", "key id"},
 		{"k1:0123456789abcdef0123,k1:0123456789abcdef0123", "listed twice"},
+		{"k1@sms:abcd", "64 hex digits"},
+		{"k1@sms:" + strings.Repeat("zz", 32), "64 hex digits"},
+		{"k1@:" + strings.Repeat("ab", 32), "channel"},
+		{"k1@s s:" + strings.Repeat("ab", 32), "channel"},
+		{"k1@sms:" + strings.Repeat("ab", 32) + ",k1@sms:" + strings.Repeat("cd", 32), "listed twice"},
+		{"k1:0123456789abcdef0123,k1@sms:" + strings.Repeat("ab", 32), "beside its root key"},
+		{"k1@sms:" + strings.Repeat("ab", 32) + ",k1:0123456789abcdef0123", "listed twice"},
 	} {
 		_, err := ParseKeys(tc.spec)
 		require.ErrorContains(t, err, tc.want, "spec %q", tc.spec)
@@ -111,4 +114,115 @@ func TestOpenRefusesAnOversizedBodyBeforeVerifying(t *testing.T) {
 
 	_, _, err = k.Seal(Envelope{ReminderID: 1, Channel: "email", Tenant: strings.Repeat("x", MaxBodyBytes)})
 	require.ErrorIs(t, err, ErrTooLarge, "Seal never makes a body Open would refuse")
+}
+
+const rootSecret = "0123456789abcdef0123"
+
+// The channel keys follow HMAC-SHA256(secret, "nudge/v1/channel/"+channel),
+// checked against openssl:
+//
+//	echo -n nudge/v1/channel/sms | openssl dgst -sha256 -hmac 0123456789abcdef0123
+func TestChannelKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ channel, want string }{
+		{"sms", "ac7bc19d1b115f1e532419470717d08c58f2c99c6aff755d0d5a3a60beb27f02"},
+		{"email", "846172e748ac041cd8076b74f7c8576356fe1f06a7b1d4835a8b5d55ae3af4dc"},
+	} {
+		got := hex.EncodeToString(ChannelKey([]byte(rootSecret), tc.channel))
+		require.Equal(t, tc.want, got, "channel %s", tc.channel)
+	}
+	root, err := ParseKeys("k2:fedcba9876543210fedc,k1:" + rootSecret)
+	require.NoError(t, err)
+	spec, err := root.ChannelSpec("sms")
+	require.NoError(t, err)
+	require.Equal(t, "k2@sms:"+hex.EncodeToString(ChannelKey([]byte("fedcba9876543210fedc"), "sms"))+
+		",k1@sms:ac7bc19d1b115f1e532419470717d08c58f2c99c6aff755d0d5a3a60beb27f02", spec)
+	smsOnly, err := ParseKeys(spec)
+	require.NoError(t, err)
+	require.Equal(t, "k2", smsOnly.ActiveKeyID(), "the same key id signs")
+	_, err = smsOnly.ChannelSpec("email")
+	require.ErrorIs(t, err, ErrUnknownKey, "a channel keyring cannot derive another channel's keys")
+	_, err = root.ChannelSpec("bad channel")
+	require.ErrorContains(t, err, "channel")
+}
+
+// TestChannelBoundKeys: a message claiming a channel must carry a MAC made
+// with that channel's key, so a holder of the SMS key alone can neither seal
+// nor forge email work (issue 13, finding 3).
+func TestChannelBoundKeys(t *testing.T) {
+	t.Parallel()
+	root, err := ParseKeys("k1:" + rootSecret)
+	require.NoError(t, err)
+	keyring := func(channel string) *Keyring {
+		spec, err := root.ChannelSpec(channel)
+		require.NoError(t, err)
+		k, err := ParseKeys(spec)
+		require.NoError(t, err)
+		return k
+	}
+	smsKeys, emailKeys := keyring("sms"), keyring("email")
+	require.False(t, smsKeys.Root())
+	require.True(t, smsKeys.CanSeal("sms"))
+	require.False(t, smsKeys.CanSeal("email"))
+	require.True(t, root.CanSeal("email"))
+
+	email := Envelope{ReminderID: 7, Fence: 3, Channel: "email"}
+	sms := Envelope{ReminderID: 7, Fence: 3, Channel: "sms"}
+	emailBody, err := json.Marshal(email)
+	require.NoError(t, err)
+	// What a compromised SMS worker can make of an email body: a MAC under
+	// its own key, with the key id every keyring knows.
+	forged := map[string]any{HeaderKeyID: "k1", HeaderSignature: hex.EncodeToString(
+		mac(ChannelKey([]byte(rootSecret), "sms"), "k1", emailBody))}
+	// A MAC made with the root secret itself: what this package sealed
+	// before channel keys, still queued across the upgrade.
+	legacy := map[string]any{HeaderKeyID: "k1", HeaderSignature: hex.EncodeToString(mac([]byte(rootSecret), "k1", emailBody))}
+
+	_, _, err = smsKeys.Seal(email)
+	require.ErrorIs(t, err, ErrUnknownKey, "an SMS keyring seals email")
+
+	for _, tc := range []struct {
+		name    string
+		keys    *Keyring
+		body    []byte
+		headers map[string]any
+		want    error // nil: opens
+	}{
+		{"root opens email sealed by root", root, nil, nil, nil},
+		{"email key opens email sealed by root", emailKeys, nil, nil, nil},
+		{"sms key refuses email sealed by root", smsKeys, nil, nil, ErrUnknownKey},
+		{"root refuses email signed with the sms key", root, emailBody, forged, ErrBadSignature},
+		{"email key refuses email signed with the sms key", emailKeys, emailBody, forged, ErrBadSignature},
+		{"sms key refuses email signed with the sms key", smsKeys, emailBody, forged, ErrUnknownKey},
+		{"root accepts a legacy root MAC", root, emailBody, legacy, nil},
+		{"email key refuses a legacy root MAC", emailKeys, emailBody, legacy, ErrBadSignature},
+	} {
+		body, headers := tc.body, tc.headers
+		if body == nil {
+			body, headers, err = root.Seal(email)
+			require.NoError(t, err)
+		}
+		got, err := tc.keys.Open(body, headers)
+		if tc.want != nil {
+			require.ErrorIs(t, err, tc.want, tc.name)
+			continue
+		}
+		require.NoError(t, err, tc.name)
+		require.Equal(t, email, got, tc.name)
+	}
+
+	// An SMS worker's own retries: sealed with its key, opened by itself and
+	// by the root holders (the reconciler, nudgectl), not by the email key.
+	body, hdr, err := smsKeys.Seal(sms)
+	require.NoError(t, err)
+	for _, k := range []*Keyring{smsKeys, root} {
+		got, err := k.Open(body, hdr)
+		require.NoError(t, err)
+		require.Equal(t, sms, got)
+	}
+	_, err = emailKeys.Open(body, hdr)
+	require.ErrorIs(t, err, ErrUnknownKey)
+	// Rewriting the channel breaks the MAC even with the root key.
+	_, err = root.Open([]byte(strings.Replace(string(body), `"sms"`, `"email"`, 1)), hdr)
+	require.ErrorIs(t, err, ErrBadSignature)
 }

@@ -238,7 +238,8 @@ SELECT count(*) FROM upd;
 -- is reached (with @deadline_reached, only rows at or past it) or no capacity
 -- is left before it, quarantined when the message keeps failing its
 -- consumer (an operator replays or expires it). A reminder that ends expired
--- after an attempt nobody learned the outcome of says so.
+-- after an attempt nobody learned the outcome of says so. A Store bound to a
+-- channel (@channel not empty: a worker's) moves only rows of that channel.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
@@ -252,6 +253,7 @@ WITH m AS (
       FROM cur
      WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
        AND (NOT @deadline_reached::boolean OR r.deadline <= @now)
+       AND (@channel::text = '' OR r.channel = @channel::text)
  RETURNING r.id, cur.old_state, r.fence, r.reason
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
@@ -266,9 +268,9 @@ SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempot
  WHERE id = ANY(@ids::bigint[]);
 
 -- name: ClaimForDelivery
--- A worker's conditional write before sending: rows still carrying the
--- message's fence, due and before their deadline, become sending under a new
--- fence with a send lease; each gets an attempt row. An enqueued row is
+-- A worker's conditional write before sending: rows of the worker's channel
+-- still carrying the message's fence, due and before their deadline, become
+-- sending under a new fence with a send lease; each gets an attempt row. An enqueued row is
 -- accepted whether or not its batch's publish confirmation is recorded yet
 -- (the message in hand proves the publish; the fence proves it is the
 -- current one), and so is leased (rows of an earlier version's dispatcher).
@@ -289,7 +291,7 @@ WITH m AS (
        SET state = 'sending', fence = r.fence + 1, attempts = r.attempts + 1,
            lease_until = @lease_until, next_attempt_at = NULL, updated_at = @now
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence
+     WHERE r.id = cur.id AND r.fence = cur.fence AND r.channel = @channel
        AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
        AND r.deadline > @now AND r.due_at <= @now
        AND (r.state = 'retrying' AND r.next_attempt_at > @now) IS NOT TRUE -- never before its back-off

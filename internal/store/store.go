@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -31,10 +32,23 @@ func query(name string) string { return queries.Get(name) }
 // Store runs the transitions against a pool.
 type Store struct {
 	pool *pgxpool.Pool
+	// channel, when set, binds the statements a worker settles queued
+	// reminders with (Quarantine, ExpireFenced, ExpireEarly) to rows of that
+	// channel, as ClaimForDelivery is: a worker holding a message that names
+	// another channel's reminder cannot move it (ForChannel).
+	channel reminder.Channel
 }
 
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// ForChannel returns a Store on the same pool whose worker statements touch
+// only reminders of channel c.
+func (s *Store) ForChannel(c reminder.Channel) *Store {
+	cp := *s
+	cp.channel = c
+	return &cp
+}
 
 // Pool returns the underlying pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -253,6 +267,7 @@ func (s *Store) settle(ctx context.Context, op string, now time.Time, fs []Fence
 	return s.ids(ctx, op, "SettleQueued", pgx.NamedArgs{
 		"now": now, "ids": ids, "fences": fences, "actor": actor, "reason": reason,
 		"state": string(to), "code": string(code), "deadline_reached": code == reminder.CodeDeadlineBeforeSend,
+		"channel": string(s.channel),
 	})
 }
 
@@ -354,25 +369,50 @@ type Attempt struct {
 	AttemptID int64
 }
 
-// ClaimAttempts moves the given reminders from enqueued or retrying (or
-// leased, claimed by a dispatcher before schema version 7) to sending, each
-// only while it still has the given fence, is due and is before its deadline
-// at now. It returns the attempts it claimed by reminder id.
+// ClaimAttempts moves the given reminders from enqueued or retrying to
+// sending, each only while it still has the given fence, is due and is
+// before its deadline at now. It returns the attempts it claimed by reminder
+// id. It claims each reminder under its own channel, whatever that is: it is
+// for tests and tools; a worker claims with ClaimForDelivery, bound to its
+// channel.
 func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Attempt, error) {
-	_, claimed, err := s.ClaimForDelivery(ctx, now, fs, lease, actor)
-	return claimed, err
+	ids, _ := split(fs)
+	rows, err := s.LoadForDelivery(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byChannel := map[reminder.Channel][]Fenced{}
+	for _, f := range fs {
+		if r, ok := rows[f.ID]; ok {
+			byChannel[r.Channel] = append(byChannel[r.Channel], f)
+		}
+	}
+	out := map[int64]Attempt{}
+	for channel, fs := range byChannel {
+		_, claimed, err := s.ClaimForDelivery(ctx, now, channel, fs, lease, actor)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, claimed)
+	}
+	return out, nil
 }
 
 // ClaimForDelivery is LoadForDelivery and ClaimAttempts in one statement:
-// it claims, as ClaimAttempts does, every given reminder that still has the
-// given fence, is due and is before its deadline at now, and returns every
-// given reminder that exists as it was before the claim (by id), with the
-// attempts it claimed (by reminder id). A row returned without an attempt
-// was not claimed: the caller judges from the row why.
-func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
+// it claims, as ClaimAttempts does, every given reminder of channel that
+// still has the given fence, is due and is before its deadline at now, and
+// returns every given reminder that exists as it was before the claim (by
+// id), with the attempts it claimed (by reminder id). A row returned without
+// an attempt was not claimed: the caller judges from the row why. A
+// reminder of another channel is never claimed: a worker acts only on its
+// own channel's work, whatever a message names.
+func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
+	if !channel.Valid() {
+		return nil, nil, fmt.Errorf("claiming reminders for delivery: channel %q: must be email or sms", channel)
+	}
 	ids, fences := split(fs)
 	rows, err := s.pool.Query(ctx, query("ClaimForDelivery"), pgx.NamedArgs{
-		"now": now, "ids": ids, "fences": fences, "lease_until": now.Add(lease), "actor": actor,
+		"now": now, "channel": string(channel), "ids": ids, "fences": fences, "lease_until": now.Add(lease), "actor": actor,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)

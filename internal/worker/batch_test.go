@@ -37,15 +37,22 @@ type fakeStore struct {
 
 var errNotFaked = errors.New("not in this fake")
 
-func (s *fakeStore) LoadForDelivery(context.Context, []int64) (map[int64]store.Delivery, error) {
-	return nil, errNotFaked
+func (s *fakeStore) LoadForDelivery(_ context.Context, ids []int64) (map[int64]store.Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	rows := map[int64]store.Delivery{}
+	for _, id := range ids {
+		if r, ok := s.rows[id]; ok {
+			rows[id] = *r
+		}
+	}
+	return rows, nil
 }
 
-func (s *fakeStore) ClaimAttempts(context.Context, time.Time, []store.Fenced, time.Duration, string) (map[int64]store.Attempt, error) {
-	return nil, errNotFaked
-}
-
-func (s *fakeStore) ClaimForDelivery(_ context.Context, now time.Time, fs []store.Fenced, _ time.Duration, _ string) (map[int64]store.Delivery, map[int64]store.Attempt, error) {
+func (s *fakeStore) ClaimForDelivery(_ context.Context, now time.Time, channel reminder.Channel, fs []store.Fenced, _ time.Duration, _ string) (map[int64]store.Delivery, map[int64]store.Attempt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -58,7 +65,7 @@ func (s *fakeStore) ClaimForDelivery(_ context.Context, now time.Time, fs []stor
 			continue
 		}
 		rows[f.ID] = *r
-		if (r.State == reminder.Enqueued || r.State == reminder.Retrying) && r.Fence == f.Fence &&
+		if r.Channel == channel && (r.State == reminder.Enqueued || r.State == reminder.Retrying) && r.Fence == f.Fence &&
 			!r.DueAt.After(now) && now.Before(r.Deadline) {
 			s.attempts++
 			r.State, r.Fence, r.Attempts = reminder.Sending, r.Fence+1, r.Attempts+1
@@ -189,15 +196,24 @@ type fakeBundle struct {
 	keys   *message.Keyring
 }
 
+// unitKeys are the root keys of the tests on fakes.
+const unitKeys = "unit:0123456789abcdef0123456789abcdef"
+
 func setupFakes(t *testing.T) *fakeBundle {
 	t.Helper()
-	keys, err := message.ParseKeys("unit:0123456789abcdef0123456789abcdef")
+	keys, err := message.ParseKeys(unitKeys)
 	require.NoError(t, err)
+	return setupFakesFor(t, reminder.SMS, keys)
+}
+
+// setupFakesFor is setupFakes for a worker of channel holding keys.
+func setupFakesFor(t *testing.T, channel reminder.Channel, keys *message.Keyring) *fakeBundle {
+	t.Helper()
 	b := &fakeBundle{
 		clock: clock.NewFake(t0), store: &fakeStore{rows: map[int64]*store.Delivery{}}, pub: &fakePub{},
 		acks: &fakeAcks{settled: map[uint64]string{}}, sender: &scriptedSender{errs: map[int64]error{}}, keys: keys,
 	}
-	w, err := New(Config{Channel: reminder.SMS}, Deps{Topology: topo, Store: b.store, Sender: b.sender, Keys: keys,
+	w, err := New(Config{Channel: channel}, Deps{Topology: topo, Store: b.store, Sender: b.sender, Keys: keys,
 		Clock: b.clock, Log: zerolog.Nop(), Rand: func() float64 { return 0 }})
 	require.NoError(t, err)
 	w.pub = b.pub

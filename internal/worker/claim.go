@@ -38,7 +38,7 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 	for _, it := range items {
 		row, ok := rows[it.env.ReminderID]
 		it.row = row
-		switch v := onRow(row, ok, it.env.Fence, now); v.kind {
+		switch v := onRow(row, ok, it.env.Fence, w.cfg.Channel, now); v.kind {
 		case kindExpire:
 			toExpire = append(toExpire, it)
 		case kindClaim:
@@ -58,7 +58,7 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 	now = w.clock.Now()
 	var claimed map[int64]store.Attempt
 	if err := w.retryDB(ctx, "claiming attempts", func() (err error) {
-		claimed, err = w.store.ClaimAttempts(ctx, now, fenced(toClaim), w.cfg.SendLease, w.cfg.Name)
+		_, claimed, err = w.store.ClaimForDelivery(ctx, now, w.cfg.Channel, fenced(toClaim), w.cfg.SendLease, w.cfg.Name)
 		return err
 	}); err != nil {
 		return
@@ -84,7 +84,7 @@ func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*i
 	var rows map[int64]store.Delivery
 	var claimed map[int64]store.Attempt
 	if err := w.retryDB(ctx, "claiming attempts", func() (err error) {
-		rows, claimed, err = w.store.ClaimForDelivery(ctx, now, fs, w.cfg.SendLease, w.cfg.Name)
+		rows, claimed, err = w.store.ClaimForDelivery(ctx, now, w.cfg.Channel, fs, w.cfg.SendLease, w.cfg.Name)
 		return err
 	}); err != nil {
 		return // not acked: redelivered when the channel closes
@@ -99,7 +99,7 @@ func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*i
 			}
 			continue
 		}
-		switch v := onRow(row, ok, it.env.Fence, now); v.kind {
+		switch v := onRow(row, ok, it.env.Fence, w.cfg.Channel, now); v.kind {
 		case kindExpire:
 			toExpire = append(toExpire, it)
 		case kindClaim:

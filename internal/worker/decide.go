@@ -137,11 +137,19 @@ func onReceive(openErr error, env message.Envelope, channel reminder.Channel, de
 }
 
 // onRow decides about a message from its reminder's row as read at now
-// (found false: there is no such row): the row wins over the message.
-func onRow(row store.Delivery, found bool, fence int64, now time.Time) verdict {
+// (found false: there is no such row) by the worker of channel: the row wins
+// over the message. A row of another channel is not this worker's to touch,
+// whatever the message says (it verified, so it was signed by a holder of
+// this channel's key naming another channel's reminder: a bug or a
+// compromised component): it is dead-lettered rather than discarded, so that
+// an operator sees it, and the row is left as it is.
+func onRow(row store.Delivery, found bool, fence int64, channel reminder.Channel, now time.Time) verdict {
 	switch {
 	case !found:
 		return verdict{kind: kindDeadLetter, code: codeUnknownReminder, reason: "unknown reminder"}
+	case row.Channel != channel:
+		return verdict{kind: kindDeadLetter, code: codeWrongChannel,
+			reason: fmt.Sprintf("reminder %d is of channel %q, not %s", row.ID, row.Channel, channel)}
 	case row.State.Terminal() || row.Fence != fence:
 		// A decision newer than this message was taken: a cancel or expiry
 		// (superseded), or this message's own earlier delivery (a duplicate

@@ -25,9 +25,9 @@ var (
 
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
-// row is a reminder row at fence 7, due a second ago, deadline in an hour.
+// row is an SMS reminder row at fence 7, due a second ago, deadline in an hour.
 func row(mod func(*store.Delivery)) store.Delivery {
-	r := store.Delivery{ID: 42, Tenant: "acme", State: reminder.Enqueued, Fence: 7, DueAt: at(-time.Second), Deadline: at(time.Hour)}
+	r := store.Delivery{ID: 42, Tenant: "acme", Channel: reminder.SMS, State: reminder.Enqueued, Fence: 7, DueAt: at(-time.Second), Deadline: at(time.Hour)}
 	if mod != nil {
 		mod(&r)
 	}
@@ -82,33 +82,39 @@ func TestDecisions(t *testing.T) {
 			onReceive(nil, sms(1), reminder.SMS, 3, 4), verdict{kind: kindProceed}},
 
 		// Against the row, as read at t0.
-		{"row: none", onRow(store.Delivery{}, false, 7, t0), verdict{kind: kindDeadLetter, code: codeUnknownReminder, reason: "unknown reminder"}},
-		{"row: canceled", onRow(row(func(r *store.Delivery) { r.State = reminder.Canceled }), true, 7, t0),
+		{"row: none", onRow(store.Delivery{}, false, 7, reminder.SMS, t0), verdict{kind: kindDeadLetter, code: codeUnknownReminder, reason: "unknown reminder"}},
+		{"row: of another channel (a signed sms message naming an email reminder)",
+			onRow(row(func(r *store.Delivery) { r.Channel = reminder.Email }), true, 7, reminder.SMS, t0),
+			verdict{kind: kindDeadLetter, code: codeWrongChannel, reason: `reminder 42 is of channel "email", not sms`}},
+		{"row: of another channel, terminal",
+			onRow(row(func(r *store.Delivery) { r.Channel, r.State = reminder.Email, reminder.Delivered }), true, 7, reminder.SMS, t0),
+			verdict{kind: kindDeadLetter, code: codeWrongChannel, reason: `reminder 42 is of channel "email", not sms`}},
+		{"row: canceled", onRow(row(func(r *store.Delivery) { r.State = reminder.Canceled }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindDiscard, code: metrics.DupSuperseded}},
-		{"row: expired", onRow(row(func(r *store.Delivery) { r.State = reminder.Expired }), true, 7, t0),
+		{"row: expired", onRow(row(func(r *store.Delivery) { r.State = reminder.Expired }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindDiscard, code: metrics.DupSuperseded}},
-		{"row: delivered by an earlier delivery", onRow(row(func(r *store.Delivery) { r.State = reminder.Delivered }), true, 7, t0),
+		{"row: delivered by an earlier delivery", onRow(row(func(r *store.Delivery) { r.State = reminder.Delivered }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindDiscard, code: metrics.DupConsume}},
-		{"row: a newer fence", onRow(row(func(r *store.Delivery) { r.Fence = 8 }), true, 7, t0),
+		{"row: a newer fence", onRow(row(func(r *store.Delivery) { r.Fence = 8 }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindDiscard, code: metrics.DupConsume}},
-		{"row: exactly at its deadline", onRow(row(func(r *store.Delivery) { r.Deadline = t0 }), true, 7, t0),
+		{"row: exactly at its deadline", onRow(row(func(r *store.Delivery) { r.Deadline = t0 }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindExpire, reason: "deadline reached before the send started", code: "deadline"}},
 		{"row: past its deadline and not due (the deadline wins)",
-			onRow(row(func(r *store.Delivery) { r.Deadline, r.DueAt = at(-time.Second), at(time.Minute) }), true, 7, t0),
+			onRow(row(func(r *store.Delivery) { r.Deadline, r.DueAt = at(-time.Second), at(time.Minute) }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindExpire, reason: "deadline reached before the send started", code: "deadline"}},
-		{"row: not due yet", onRow(row(func(r *store.Delivery) { r.DueAt = at(time.Minute) }), true, 7, t0),
+		{"row: not due yet", onRow(row(func(r *store.Delivery) { r.DueAt = at(time.Minute) }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindDefer, at: at(time.Minute)}},
-		{"row: due exactly now", onRow(row(func(r *store.Delivery) { r.DueAt = t0 }), true, 7, t0), verdict{kind: kindClaim}},
-		{"row: retrying and due", onRow(row(func(r *store.Delivery) { r.State = reminder.Retrying }), true, 7, t0),
+		{"row: due exactly now", onRow(row(func(r *store.Delivery) { r.DueAt = t0 }), true, 7, reminder.SMS, t0), verdict{kind: kindClaim}},
+		{"row: retrying and due", onRow(row(func(r *store.Delivery) { r.State = reminder.Retrying }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindClaim}},
-		{"row: retrying, its next attempt reached", onRow(row(func(r *store.Delivery) { r.State, r.NextAttemptAt = reminder.Retrying, t0 }), true, 7, t0),
+		{"row: retrying, its next attempt reached", onRow(row(func(r *store.Delivery) { r.State, r.NextAttemptAt = reminder.Retrying, t0 }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindClaim}},
 		// Issue 13, finding 8: a retry message replayed (or back from a
 		// tier shorter than its Retry-After) was sent at once.
 		{"row: retrying before its next attempt (a replayed retry)",
-			onRow(row(func(r *store.Delivery) { r.State, r.NextAttemptAt = reminder.Retrying, at(10*time.Minute) }), true, 7, t0),
+			onRow(row(func(r *store.Delivery) { r.State, r.NextAttemptAt = reminder.Retrying, at(10*time.Minute) }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindDefer, at: at(10 * time.Minute)}},
-		{"row: enqueued with a stale next attempt time", onRow(row(func(r *store.Delivery) { r.NextAttemptAt = at(time.Minute) }), true, 7, t0),
+		{"row: enqueued with a stale next attempt time", onRow(row(func(r *store.Delivery) { r.NextAttemptAt = at(time.Minute) }), true, 7, reminder.SMS, t0),
 			verdict{kind: kindClaim}},
 		{"claim: the row moved on under the claim", lostClaim(), verdict{kind: kindDiscard, code: metrics.DupClaim}},
 
@@ -181,9 +187,9 @@ func TestEveryVerdictKindIsDecided(t *testing.T) {
 		onReceive(errors.New("x"), message.Envelope{}, reminder.SMS, 0, 4),
 		onReceive(nil, sms(1), reminder.SMS, 9, 4),
 		lostClaim(),
-		onRow(row(nil), true, 7, t0),
-		onRow(row(nil), true, 7, at(2*time.Hour)),
-		onRow(row(func(r *store.Delivery) { r.DueAt = at(time.Minute) }), true, 7, t0),
+		onRow(row(nil), true, 7, reminder.SMS, t0),
+		onRow(row(nil), true, 7, reminder.SMS, at(2*time.Hour)),
+		onRow(row(func(r *store.Delivery) { r.DueAt = at(time.Minute) }), true, 7, reminder.SMS, t0),
 		beforeAsking(at(time.Minute), t0, topo),
 		beforeSend(t0, at(time.Hour)),
 		onAnswer(nil, 1, t0, at(time.Hour), policy, 0),

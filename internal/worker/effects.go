@@ -7,6 +7,7 @@ import (
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // Store is what the worker needs of the database, and no more: each method
@@ -15,10 +16,10 @@ import (
 type Store interface {
 	// LoadForDelivery reads the rows of the given reminders.
 	LoadForDelivery(ctx context.Context, ids []int64) (map[int64]store.Delivery, error)
-	// ClaimAttempts claims an attempt for each reminder still at its fence, due and before its deadline.
-	ClaimAttempts(ctx context.Context, now time.Time, fs []store.Fenced, lease time.Duration, actor string) (map[int64]store.Attempt, error)
-	// ClaimForDelivery is LoadForDelivery and ClaimAttempts in one statement.
-	ClaimForDelivery(ctx context.Context, now time.Time, fs []store.Fenced, lease time.Duration, actor string) (map[int64]store.Delivery, map[int64]store.Attempt, error)
+	// ClaimForDelivery claims an attempt for each reminder of channel still
+	// at its fence, due and before its deadline, and returns the rows as
+	// they were before the claim.
+	ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, fs []store.Fenced, lease time.Duration, actor string) (map[int64]store.Delivery, map[int64]store.Attempt, error)
 	// ExpireFenced expires reminders whose deadline is reached, at their fences.
 	ExpireFenced(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
 	// ExpireEarly expires reminders that cannot be sent before their deadline.

@@ -15,7 +15,8 @@ import (
 )
 
 // retryMessage seals a copy of the item's message under fence for the retry
-// tier of delay.
+// tier of delay, routed through the channel's retry exchange: the worker's
+// broker user may write to no other exchange but the dead-letter one.
 func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker.Outgoing {
 	env := it.env
 	env.Fence = fence
@@ -27,7 +28,7 @@ func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker
 		panic(err) // an Envelope always encodes
 	}
 	return broker.Outgoing{
-		Exchange:   "",
+		Exchange:   w.topo.RetryExchange(string(w.cfg.Channel)),
 		RoutingKey: w.topo.RetryQueue(string(w.cfg.Channel), delay),
 		Msg: amqp.Publishing{
 			MessageId:   fmt.Sprintf("%d-%d-r", env.ReminderID, fence),

@@ -157,9 +157,12 @@ type Deps struct {
 	Topology broker.Topology
 	Store    Store
 	Sender   provider.Sender
-	Keys     *message.Keyring
-	Clock    clock.Clock
-	Log      zerolog.Logger
+	// Keys verify what the worker consumes and sign its retries; they must
+	// cover its channel. A worker is best given its channel's keys only
+	// (message.Keyring.ChannelSpec), so it cannot sign another channel's work.
+	Keys  *message.Keyring
+	Clock clock.Clock
+	Log   zerolog.Logger
 	// Rand returns a float in [0,1) for backoff jitter. Zero value: math/rand/v2.
 	Rand func() float64
 	// Metrics receives the worker's counters and hop latencies. Nil: none.
@@ -186,6 +189,10 @@ type Limiter interface {
 func New(cfg Config, d Deps) (*Worker, error) {
 	if !cfg.Channel.Valid() {
 		return nil, fmt.Errorf("worker channel %q: must be email or sms", cfg.Channel)
+	}
+	if d.Keys != nil && !d.Keys.CanSeal(string(cfg.Channel)) {
+		return nil, fmt.Errorf("worker channel %s: the signing key %q holds no key for it (a worker's keys come from `nudgectl keys derive --channel %s`)",
+			cfg.Channel, d.Keys.ActiveKeyID(), cfg.Channel)
 	}
 	cfg = cfg.withDefaults()
 	topo := d.Topology.WithDefaults()

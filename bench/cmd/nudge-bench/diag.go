@@ -115,7 +115,7 @@ func diagnose(ctx context.Context, e *env, n, k int) error {
 			ids, fences = append(ids, id), append(fences, f)
 		}
 		rows.Close()
-		err = explain("ClaimForDelivery", pgx.NamedArgs{"now": now, "ids": ids, "fences": fences,
+		err = explain("ClaimForDelivery", pgx.NamedArgs{"now": now, "channel": "sms", "ids": ids, "fences": fences,
 			"lease_until": now.Add(time.Minute), "actor": "diag"})
 	}
 	_ = tx.Rollback(ctx)
