@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -120,7 +119,7 @@ func FuzzReadLines(f *testing.F) {
 			t.Fatalf("%d lines counted, the input has %d", n, lines)
 		}
 		if len(seen) > 0 && seen[len(seen)-1] > n {
-			t.Fatal(fmt.Sprintf("line %d of %d", seen[len(seen)-1], n))
+			t.Fatalf("line %d of %d", seen[len(seen)-1], n)
 		}
 	})
 }
