@@ -188,8 +188,10 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 
 	topo := broker.Topology{}.WithDefaults()
 	msg := amqp.Publishing{Body: []byte("deploycheck"), DeliveryMode: amqp.Persistent}
-	// Each step runs on a connection of the user's own; channel steps on a
-	// fresh channel each (mqResult), since a refusal closes it.
+	// Each step runs on a connection of its own: a refusal closes the step's
+	// channel, and a channel opened on the same connection right after it
+	// can race the close (the broker answers 504 "expected channel.open" and
+	// closes the whole connection).
 	type step struct {
 		what   string
 		action func(*amqp.Connection) error
@@ -329,9 +331,10 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 	// The declarer first, so that the topology exists before it is used.
 	for _, name := range []string{mqMigrate, mqDispatcher, mqReconciler, mqSMS, mqEmail, mqOperator, mqKEDA} {
 		t.Run(name, func(t *testing.T) {
-			conn := dial(t, name)
 			for _, s := range steps[name] {
+				conn := dial(t, name)
 				err := s.action(conn)
+				conn.Close()
 				switch {
 				case s.ok && err != nil:
 					t.Errorf("%s must be able to %s: %v", name, s.what, err)
