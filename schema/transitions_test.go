@@ -214,6 +214,35 @@ func writers() []writer {
 					require.NoError(t, err)
 				}
 			})},
+		{file: migrationsFile, name: "nudge_reschedule_to", actors: []reminder.Actor{reminder.Intake},
+			// Twice: the second run of the same times changes nothing.
+			runs: one("", func(t *testing.T, f *fixture) {
+				for range 2 {
+					for _, key := range f.keys() {
+						_, err := intake.RescheduleTo(ctx, f.db.Pool, "acme", key, tNow.Add(time.Hour), tNow.Add(2*time.Hour),
+							"app", "moved")
+						require.NoError(t, err)
+					}
+				}
+			})},
+		{file: migrationsFile, name: "nudge_update", actors: []reminder.Actor{reminder.Intake},
+			runs: one("", func(t *testing.T, f *fixture) {
+				for range 2 {
+					for _, key := range f.keys() {
+						_, err := intake.Update(ctx, f.db.Pool, "acme", key, intake.Content{Recipient: "b@example.com",
+							Data: map[string]any{"course": "Go 102"}}, "app", "new address")
+						require.NoError(t, err)
+					}
+				}
+			})},
+		{file: migrationsFile, name: "nudge_cancel_prefix", actors: []reminder.Actor{reminder.Intake},
+			// The fixture's keys are STATE-N: one prefix per state.
+			runs: one("", func(t *testing.T, f *fixture) {
+				for _, s := range reminder.States {
+					_, err := intake.CancelPrefix(ctx, f.db.Pool, "acme", string(s)+"-", intake.MaxCancelPrefix, "app", "ineligible")
+					require.NoError(t, err)
+				}
+			})},
 		{file: retentionSQL, name: "DeleteReminders", actors: []reminder.Actor{reminder.Retention},
 			runs: one("", retentionStatement("DeleteReminders", retention.DefaultReminderAfter))},
 		{file: retentionSQL, name: "PurgePayloads", actors: []reminder.Actor{reminder.Retention}, columnsOnly: true,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure what Nudge's tests and demo need is installed and running on this
-# machine: PostgreSQL and RabbitMQ on loopback, and the Mailpit binary.
+# machine: PostgreSQL and RabbitMQ on loopback, the Mailpit binary, and
+# Node.js with npm.
 # Idempotent and quick when everything is already there. Installing needs root
 # (apt-get); starting uses the distribution's own service commands.
 set -euo pipefail
@@ -94,10 +95,17 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] ||
   apt_install rabbitmq-server
 fi
 
+# Node.js and npm, for the application example in another language
+# (examples/node, run by its Go test with `npm ci`).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  log "installing Node.js and npm"
+  apt_install nodejs npm
+fi
+
 # Mailpit, the real SMTP server the tests deliver to.
 gobin=$(go env GOBIN); [ -n "$gobin" ] || gobin="$(go env GOPATH)/bin"
 if ! command -v mailpit >/dev/null && [ ! -x "$gobin/mailpit" ]; then
   log "installing Mailpit (a few minutes the first time)"
   GOFLAGS=-buildvcs=false go install github.com/axllent/mailpit@v1.33.1
 fi
-log "PostgreSQL, RabbitMQ and Mailpit are ready"
+log "PostgreSQL, RabbitMQ, Mailpit and Node.js are ready"

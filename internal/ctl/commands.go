@@ -43,8 +43,8 @@ func Command() *cobra.Command {
 		}
 		return ctx, pool, func() { pool.Close(); stop() }, nil
 	}
-	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect),
-		replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd())
+	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), rescheduleCmd(connect),
+		updateCmd(connect), showCmd(connect), statsCmd(connect), replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd())
 	commandLineOnly(root)
 	return root
 }
@@ -294,12 +294,21 @@ func lookup(ctx context.Context, pool *pgxpool.Pool, args []string, tenant, key 
 }
 
 func cancelCmd(connect connector) *cobra.Command {
-	var tenant, key, actor, reason string
+	var (
+		tenant, key, actor, reason string
+		pf                         prefixFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "cancel [ID]",
-		Short: "Cancel a reminder that has not been sent (by ID, or --tenant and --key)",
+		Short: "Cancel a reminder that has not been sent (by ID, or --tenant and --key), or every one of --tenant under --key-prefix",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if pf.prefix != "" {
+				return pf.cancel(cmd, connect, args, tenant, actor, reason)
+			}
+			if pf.dryRun {
+				return errors.New("--dry-run goes with --key-prefix")
+			}
 			ctx, pool, done, err := connect(cmd)
 			if err != nil {
 				return err
@@ -333,6 +342,7 @@ func cancelCmd(connect connector) *cobra.Command {
 	f.StringVar(&key, "key", "", "logical key of the reminder (with --tenant)")
 	f.StringVar(&actor, "actor", "nudgectl:"+os.Getenv("USER"), "who cancels, for the audit trail")
 	f.StringVar(&reason, "reason", "canceled by operator", "why, for the audit trail")
+	pf.register(f)
 	return cmd
 }
 

@@ -17,10 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/internal/sqlfile"
@@ -262,14 +259,8 @@ func Cancel(ctx context.Context, q Querier, tenant, key, actor, reason string) (
 // Sending. Invalid times are a *ValidationError.
 func Reschedule(ctx context.Context, q Querier, tenant, key string, dueAt, deadline time.Time, actor, reason string) (reminder.State, error) {
 	var st *string
-	err := q.QueryRow(ctx, query("Reschedule"), tenant, key, dueAt, deadline, actor, reason).Scan(&st)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "22023" {
-		field, reason, _ := strings.Cut(strings.TrimPrefix(pgErr.Message, "nudge: field "), " ")
-		return "", &ValidationError{Field: strings.Trim(field, `"`), Reason: reason}
-	}
-	if err != nil {
-		return "", fmt.Errorf("rescheduling %s/%s: %w", tenant, key, err)
+	if err := q.QueryRow(ctx, query("Reschedule"), tenant, key, dueAt, deadline, actor, reason).Scan(&st); err != nil {
+		return "", changeError("rescheduling", tenant, key, err)
 	}
 	if st == nil {
 		return "", fmt.Errorf("rescheduling %s/%s: %w", tenant, key, ErrNotFound)

@@ -58,3 +58,20 @@ SELECT nudge_cancel($1, $2, $3, $4);
 
 -- name: Reschedule
 SELECT nudge_reschedule($1, $2, $3, $4, $5, $6);
+
+-- name: RescheduleTo
+SELECT id, key, status, state FROM nudge_reschedule_to($1, $2, $3, $4, $5, $6);
+
+-- name: Update
+SELECT id, key, status, state FROM nudge_update($1, $2, $3, $4, $5::jsonb, $6, $7);
+
+-- name: CancelPrefix
+SELECT id, key, status, state FROM nudge_cancel_prefix($1, $2, $3, $4, $5);
+
+-- name: CountPrefix
+-- What nudge_cancel_prefix would select (without its limit), as the caller
+-- sees the rows: the open ones it would cancel and the sending ones.
+SELECT count(*) FILTER (WHERE state <> 'sending'), count(*) FILTER (WHERE state = 'sending')
+  FROM reminders
+ WHERE tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)
+   AND state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined');

@@ -16,8 +16,10 @@ type Actor string
 
 // The kinds of writer.
 const (
-	// Intake records intent: pkg/intake, the SQL functions nudge_schedule,
-	// nudge_cancel and nudge_reschedule, and nudgectl schedule and cancel.
+	// Intake records and changes intent: pkg/intake, the SQL functions
+	// nudge_schedule, nudge_cancel, nudge_cancel_prefix, nudge_reschedule,
+	// nudge_reschedule_to and nudge_update, and nudgectl schedule, cancel,
+	// reschedule and update.
 	Intake Actor = "intake"
 	// Dispatcher claims due rows and publishes them.
 	Dispatcher Actor = "dispatcher"
@@ -42,6 +44,7 @@ const (
 	CodeScheduled   Code = "scheduled"
 	CodeCanceled    Code = "canceled"
 	CodeRescheduled Code = "rescheduled"
+	CodeUpdated     Code = "updated"
 
 	CodeClaimed                Code = "claimed"
 	CodeDeadlineBeforeDispatch Code = "deadline_before_dispatch"
@@ -127,10 +130,12 @@ var Transitions = slices.Concat(
 		{From: None, To: Pending, Actor: Intake, Code: CodeScheduled, Statement: "ScheduleMany, nudge_try_schedule",
 			Doc: "intent recorded (a repeat of the same key and content changes nothing)"},
 	},
-	each(open, Transition{To: Canceled, Actor: Intake, Code: CodeCanceled, Statement: "nudge_cancel",
-		Doc: "the application or an operator cancels; never while sending"}),
-	each(open, Transition{To: Pending, Actor: Intake, Code: CodeRescheduled, Statement: "nudge_reschedule",
+	each(open, Transition{To: Canceled, Actor: Intake, Code: CodeCanceled, Statement: "nudge_cancel, nudge_cancel_prefix",
+		Doc: "the application or an operator cancels, by key or by key prefix; never while sending"}),
+	each(open, Transition{To: Pending, Actor: Intake, Code: CodeRescheduled, Statement: "nudge_reschedule, nudge_reschedule_to",
 		Doc: "new due time and deadline, under a new fence; never while sending"}),
+	each(open, Transition{To: Pending, Actor: Intake, Code: CodeUpdated, Statement: "nudge_update",
+		Doc: "new content (recipient, template, data) under a new fence, times kept: a queued message of the old content is discarded; never while sending"}),
 	[]Transition{
 		{From: Pending, To: Enqueued, Actor: Dispatcher, Code: CodeClaimed, Statement: "ClaimDue",
 			Doc: "due before the run's cutoff: dispatch lease and batch number, then published"},
