@@ -130,8 +130,9 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	sctx, cancel := context.WithTimeout(ctx, min(w.cfg.SendTimeout, it.row.Deadline.Sub(w.clock.Now())))
 	defer cancel()
 	// The adapter runs the same check again right before the request leaves,
-	// after its own waits (a pooled SMTP connection, a dial); the latency is
-	// measured from there, so those waits do not widen the margin.
+	// after its own waits (for SMTP, a free pooled connection and the dial);
+	// the latency is measured from there, so those waits do not widen the
+	// automatic margin.
 	var refused atomic.Pointer[verdict]
 	var opened atomic.Int64 // the worker clock's UnixNano when the gate let the request go
 	gate := func() error {
