@@ -52,10 +52,19 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{db: testenv.Postgres(t), mq: testenv.RabbitMQ(t), mail: testenv.Mailpit(t)}
-	f.smsSrv = fakesms.New()
+	f := newSMSFleet(t)
+	f.mail = testenv.Mailpit(t)
+	return f
+}
+
+// newSMSFleet is a fleet without Mailpit, its fake SMS provider built with opts.
+func newSMSFleet(t *testing.T, opts ...fakesms.Option) *fleet {
+	t.Helper()
+	f := &fleet{db: testenv.Postgres(t), mq: testenv.RabbitMQ(t)}
+	f.smsSrv = fakesms.New(opts...)
 	hs := httptest.NewServer(f.smsSrv)
 	t.Cleanup(hs.Close)
+	t.Cleanup(f.smsSrv.Close) // runs first: releases waiting handlers so hs.Close returns
 	f.smsURL = hs.URL
 	var err error
 	f.keys, err = message.ParseKeys(signingKeys)

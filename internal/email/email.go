@@ -399,10 +399,15 @@ func New(cfg Config, tmpl *Templates) (*Sender, error) {
 //   - Permanent "template": unknown template or a template that fails to execute.
 //   - Permanent "address": the recipient is not a valid address.
 //   - Permanent "message": the message has no idempotency key.
+//   - Retryable provider.CodeNotStarted: msg.Gate refused the send once a
+//     connection was ready; nothing was sent.
 //   - Permanent "smtp_5xx": the relay rejected the recipient or the content.
 //   - Retryable "smtp_4xx": the relay deferred the message.
 //   - Retryable "timeout", "canceled", "network", "tls": the relay could not
 //     be reached or the conversation broke; the outcome may be unknown.
+//     ctx bounds every step (the wait for a pooled connection, the dial, TLS,
+//     EHLO, AUTH, each command and the data): when it ends, the connection is
+//     closed under go-mail, whose own deadlines come from Config.Timeout.
 //   - Retryable "smtp_5xx" when the relay refuses the connection, AUTH or the
 //     sender (MAIL FROM): those do not depend on the reminder, so failing it
 //     permanently for a relay misconfiguration would be wrong.
@@ -412,7 +417,11 @@ func (s *Sender) Send(ctx context.Context, msg provider.Message) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if err := s.deliver(ctx, m); err != nil {
+	if err := s.deliver(ctx, m, msg.Open); err != nil {
+		var gated *provider.Error
+		if errors.As(err, &gated) && gated.Code == provider.CodeNotStarted {
+			return "", gated
+		}
 		perr := classify(ctx, err)
 		perr.Err = fmt.Errorf("sending reminder %d to %s: %w", msg.ReminderID, msg.Recipient, perr.Err)
 		return "", perr
@@ -537,8 +546,10 @@ type conn struct {
 const maxIdle = 30 * time.Second
 
 // deliver sends m on a pooled connection, redialing when an idle connection
-// turns out to be dead.
-func (s *Sender) deliver(ctx context.Context, m *gomail.Msg) error {
+// turns out to be dead. open is the caller's last check (provider.Message.Open),
+// run once a connection is in hand, immediately before m is sent on it: after
+// the wait for a pool slot and the dial, which can take long.
+func (s *Sender) deliver(ctx context.Context, m *gomail.Msg, open func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -552,6 +563,10 @@ func (s *Sender) deliver(ctx context.Context, m *gomail.Msg) error {
 	for {
 		c, reused, err := s.get(ctx)
 		if err != nil {
+			return err
+		}
+		if err := open(); err != nil {
+			s.put(c) // unused, as healthy as it came
 			return err
 		}
 		healthy, err := s.sendOn(ctx, c, m)

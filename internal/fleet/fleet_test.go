@@ -59,7 +59,8 @@ func TestFlagDefaultsAreTheLibraryDefaults(t *testing.T) {
 			parse(t, o.RegisterFlags)
 			def := worker.Config{Channel: ch}.WithDefaults()
 			require.Equal(t, def, o.Config.WithDefaults())
-			derived := worker.Config{Channel: ch, Prefetch: o.Config.Prefetch, SendLease: o.Config.SendLease, Burst: o.Config.Burst}
+			derived := worker.Config{Channel: ch, Prefetch: o.Config.Prefetch, SendLease: o.Config.SendLease, Burst: o.Config.Burst,
+				DeadlineMargin: o.Config.DeadlineMargin}
 			require.Equal(t, worker.Config{Channel: ch}, derived, "derived settings default to 0 (derive)")
 			require.Equal(t, fleet.DefaultListen, o.Listen)
 		})

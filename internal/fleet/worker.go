@@ -41,7 +41,10 @@ func (o *Worker) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Batch, "batch", def.Batch, "deliveries processed together (one read, one claim, one outcome write)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", def.BatchWait, "how long a partial batch waits for more deliveries")
 	fs.IntVar(&c.Prefetch, "prefetch", 0, "unacked deliveries the broker may send ahead (0: concurrency × batch × 2)")
-	fs.DurationVar(&c.SendTimeout, "send-timeout", def.SendTimeout, "bound on one provider call")
+	fs.DurationVar(&c.SendTimeout, "send-timeout", def.SendTimeout, "bound on one provider call (the reminder's deadline bounds it too)")
+	fs.DurationVar(&c.DeadlineMargin, "deadline-margin", 0,
+		"a send is not started when its deadline is this close; size it above the provider's latency "+
+			"(0: automatic, twice the measured p99 of provider calls, 100ms to send-timeout, 1s before the first call)")
 	fs.DurationVar(&c.SendLease, "send-lease", 0,
 		"how long a claimed attempt is protected before the reconciler may retry it (0: send-timeout + 30s)")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", def.MaxAttempts, "send attempts per reminder before it fails")

@@ -25,6 +25,31 @@ type Message struct {
 	Template       string
 	Data           map[string]any
 	Deadline       time.Time
+	// Gate, when set, is the caller's last check before the request leaves:
+	// an adapter calls it (through Open) immediately before it writes the
+	// request to the provider, after every wait of its own (for a pooled
+	// connection, a dial), on Send's goroutine, and again before each
+	// resend on another connection. A non-nil error means the request must
+	// not leave: Send returns, having sent nothing, the *Error Open made of
+	// it. Nil: no check. The worker's gate refuses a send whose deadline is
+	// within its margin.
+	Gate func() error
+}
+
+// CodeNotStarted is the code of the error Send returns when Message.Gate
+// refused the send: nothing left for the provider.
+const CodeNotStarted = "not_started"
+
+// Open runs m.Gate, if set, and returns nil when the request may leave, or
+// a retryable *Error with CodeNotStarted wrapping the gate's refusal.
+func (m Message) Open() error {
+	if m.Gate == nil {
+		return nil
+	}
+	if err := m.Gate(); err != nil {
+		return RetryableError(CodeNotStarted, 0, fmt.Errorf("reminder %d not sent: %w", m.ReminderID, err))
+	}
+	return nil
 }
 
 // Sender delivers one message. It returns the provider's message id on
@@ -70,15 +95,17 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Outcome is what an attempt that failed with e came to: permanent, or
-// retryable with the answer known (the provider said "not now") or unknown
-// (no answer came, it may have accepted: codes "timeout", "network",
-// "canceled" and "unknown"). A reminder that ends undelivered after an
+// Outcome is what an attempt that failed with e came to: permanent, not
+// sent (the gate refused it: CodeNotStarted), or retryable with the answer
+// known (the provider said "not now") or unknown (no answer came, it may
+// have accepted: codes "timeout", "network", "canceled" and "unknown"). A reminder that ends undelivered after an
 // unknown outcome says so.
 func (e *Error) Outcome() reminder.Outcome {
 	switch {
 	case e.Kind == Permanent:
 		return reminder.OutcomePermanent
+	case e.Code == CodeNotStarted:
+		return reminder.OutcomeNotSent
 	case e.Code == "timeout" || e.Code == "network" || e.Code == "canceled" || e.Code == "unknown":
 		return reminder.OutcomeUnknown
 	}

@@ -184,13 +184,15 @@ type acceptance struct {
 //
 //   - "template": unknown template, template failure or empty body (permanent,
 //     nothing is sent);
+//   - provider.CodeNotStarted: msg.Gate refused the send (retryable, nothing
+//     is sent);
 //   - "message": no recipient or no idempotency key (permanent, as in the
 //     email channel);
 //   - "http_429", "http_408", "http_5NN": retryable, with RetryAfter from the
 //     Retry-After header (capped at MaxRetryAfter);
 //   - "http_4NN", "http_3NN": permanent;
-//   - "timeout": Timeout or the caller's deadline passed (retryable; the
-//     provider may have accepted);
+//   - "timeout": Timeout or the caller's deadline passed, at any step of the
+//     exchange (retryable; the provider may have accepted);
 //   - "canceled": the caller's context was canceled (retryable);
 //   - "network": the request could not complete (retryable);
 //   - "bad_response": a 2xx without a readable id (retryable: the retry is
@@ -230,6 +232,12 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 
+	// The caller's last check, once nothing but the request itself is left:
+	// ctx (the caller's deadline, if earlier than Timeout) then bounds the
+	// dial, the TLS handshake, the write and the read of the whole answer.
+	if err := msg.Open(); err != nil {
+		return "", err
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return "", transportError(fmt.Sprintf("sending reminder %d by sms", msg.ReminderID), err)

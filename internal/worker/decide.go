@@ -108,7 +108,10 @@ const (
 	reasonDeadline    = "deadline reached before the send started"
 	reasonRateLimited = "rate_limited: no capacity before the deadline"
 	codeDeadline      = "deadline"
-	codeRateLimited   = "rate_limited"
+	// codeDeadlineMargin: expired before the send because the deadline was
+	// within the deadline margin (the send would have been accepted late).
+	codeDeadlineMargin = "deadline_margin"
+	codeRateLimited    = "rate_limited"
 	// Codes of the verdicts that dead-letter a message: the only values
 	// of the dead-letter counter's reason label (never free text, which
 	// would give the metric one series per message).
@@ -259,14 +262,23 @@ func onSlotMissed(now, deadline time.Time, firstTier time.Duration) verdict {
 	return v
 }
 
-// beforeSend decides, at the moment the provider call would start, whether
-// it may: never at or after the deadline.
-func beforeSend(now, deadline time.Time) verdict {
-	if !now.Before(deadline) {
-		return verdict{kind: kindExpire, transition: reminder.CodeDeadlineBeforeSend, attempt: reminder.OutcomeNotSent,
-			err: "not sent", reason: reasonDeadline, code: codeDeadline}
+// beforeSend decides, at the last moment before the provider call (after
+// every wait, and again by the adapter's gate right before the request
+// leaves), whether it may start: never at or after the deadline, nor when
+// the deadline is within margin of now. A send takes the provider's latency
+// to be accepted, so one started just before the deadline would be accepted
+// after it; the margin is sized from that latency (Config.DeadlineMargin).
+func beforeSend(now, deadline time.Time, margin time.Duration) verdict {
+	v := verdict{kind: kindExpire, transition: reminder.CodeDeadlineBeforeSend, attempt: reminder.OutcomeNotSent, err: "not sent"}
+	switch {
+	case !now.Before(deadline):
+		v.reason, v.code = reasonDeadline, codeDeadline
+	case !now.Add(margin).Before(deadline):
+		v.reason, v.code = fmt.Sprintf("deadline within the send margin (%s) before the send started", margin), codeDeadlineMargin
+	default:
+		return verdict{kind: kindSend}
 	}
-	return verdict{kind: kindSend}
+	return v
 }
 
 // retryPolicy is what decides a retry's delay.

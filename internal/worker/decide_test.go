@@ -63,6 +63,10 @@ func TestDecisions(t *testing.T) {
 		{deadline: at(time.Hour)},
 	})
 	unlimited := allot(ratelimit.Grant{Unlimited: true}, []waiting{{deadline: at(time.Hour)}, {deadline: at(time.Hour)}})
+	notSent := verdict{kind: kindExpire, transition: reminder.CodeDeadlineBeforeSend, attempt: reminder.OutcomeNotSent, err: "not sent"}
+	deadlineReached, withinMargin := notSent, notSent
+	deadlineReached.reason, deadlineReached.code = "deadline reached before the send started", "deadline"
+	withinMargin.reason, withinMargin.code = "deadline within the send margin (300ms) before the send started", "deadline_margin"
 
 	for _, tc := range []struct {
 		name      string
@@ -141,10 +145,16 @@ func TestDecisions(t *testing.T) {
 			verdict{kind: kindExpire, reason: "rate_limited: no capacity before the deadline", code: "slot_missed",
 				transition: reminder.CodeNoCapacity, attempt: reminder.OutcomeNotSent, err: "not sent: no rate-limit slot in time"}},
 
-		// When the provider call would start.
-		{"send: before the deadline", beforeSend(t0, at(time.Nanosecond)), verdict{kind: kindSend}},
-		{"send: at the deadline", beforeSend(t0, t0),
-			verdict{kind: kindExpire, reason: "deadline reached before the send started", code: "deadline", transition: reminder.CodeDeadlineBeforeSend, attempt: reminder.OutcomeNotSent, err: "not sent"}},
+		// When the provider call would start (the last moment: after every
+		// wait, and again right before the request leaves), with a margin.
+		{"send: no margin, a nanosecond before the deadline", beforeSend(t0, at(time.Nanosecond), 0), verdict{kind: kindSend}},
+		{"send: no margin, at the deadline", beforeSend(t0, t0, 0), deadlineReached},
+		{"send: the deadline a nanosecond past the margin", beforeSend(t0, at(300*time.Millisecond+time.Nanosecond), 300*time.Millisecond),
+			verdict{kind: kindSend}},
+		{"send: the deadline exactly at the margin", beforeSend(t0, at(300*time.Millisecond), 300*time.Millisecond), withinMargin},
+		{"send: the deadline inside the margin", beforeSend(t0, at(time.Millisecond), 300*time.Millisecond), withinMargin},
+		{"send: at the deadline, with a margin", beforeSend(t0, t0, 300*time.Millisecond), deadlineReached},
+		{"send: past the deadline, with a margin", beforeSend(at(time.Second), t0, 300*time.Millisecond), deadlineReached},
 
 		// From the provider's answer, at t0.
 		{"answer: accepted", onAnswer(nil, 1, t0, at(time.Hour), policy, 0),
@@ -191,7 +201,7 @@ func TestEveryVerdictKindIsDecided(t *testing.T) {
 		onRow(row(nil), true, 7, reminder.SMS, at(2*time.Hour)),
 		onRow(row(func(r *store.Delivery) { r.DueAt = at(time.Minute) }), true, 7, reminder.SMS, t0),
 		beforeAsking(at(time.Minute), t0, topo),
-		beforeSend(t0, at(time.Hour)),
+		beforeSend(t0, at(time.Hour), time.Second),
 		onAnswer(nil, 1, t0, at(time.Hour), policy, 0),
 		onAnswer(http503, 1, t0, at(time.Hour), policy, 0),
 		onAnswer(http400, 1, t0, at(time.Hour), policy, 0),
@@ -217,7 +227,8 @@ func TestAttemptVerdictsFollowTheTransitionTable(t *testing.T) {
 	for _, v := range []verdict{
 		onSlotMissed(t0, at(time.Hour), time.Second),
 		onSlotMissed(t0, at(time.Millisecond), time.Second),
-		beforeSend(t0, t0),
+		beforeSend(t0, t0, 0),
+		beforeSend(t0, at(time.Millisecond), time.Second),
 		onAnswer(nil, 1, t0, at(time.Hour), policy, 0),
 		onAnswer(http503, 1, t0, at(time.Hour), policy, 0),
 		onAnswer(http503, 5, t0, at(time.Hour), policy, 0),

@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nudgehq/nudge/internal/clock"
@@ -118,18 +120,55 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		w.decided(it, onSlotMissed(w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), "")
 		return
 	}
-	if v := beforeSend(w.clock.Now(), it.row.Deadline); v.kind != kindSend {
+	if v := w.mayStart(it); v.kind != kindSend {
 		w.decided(it, v, "")
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
+	// The call is bounded by the deadline as well as by SendTimeout: the
+	// provider answers before the deadline or the call is cut (on the
+	// worker's clock: the bound is the time left, not a wall-clock instant).
+	sctx, cancel := context.WithTimeout(ctx, min(w.cfg.SendTimeout, it.row.Deadline.Sub(w.clock.Now())))
 	defer cancel()
+	// The adapter runs the same check again right before the request leaves,
+	// after its own waits (for SMTP, a free pooled connection and the dial);
+	// the latency is measured from there, so those waits do not widen the
+	// automatic margin.
+	var refused atomic.Pointer[verdict]
+	var opened atomic.Int64 // the worker clock's UnixNano when the gate let the request go
+	gate := func() error {
+		v := w.mayStart(it)
+		if v.kind != kindSend {
+			refused.Store(&v)
+			return errors.New(v.reason)
+		}
+		opened.Store(w.clock.Now().UnixNano())
+		return nil
+	}
+	started := w.clock.Now()
 	id, err := w.sender.Send(sctx, provider.Message{
 		ReminderID: it.row.ID, IdempotencyKey: it.row.IdempotencyKey, Tenant: it.row.Tenant,
 		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
+		Gate: gate,
 	})
+	now := w.clock.Now()
+	if v := refused.Load(); v != nil && err != nil {
+		w.decided(it, *v, "") // nothing left for the provider
+		return
+	}
+	if o := opened.Load(); o != 0 {
+		started = time.Unix(0, o)
+	}
+	w.latency.record(now.Sub(started))
 	policy := retryPolicy{maxAttempts: w.cfg.MaxAttempts, base: w.cfg.BackoffBase, max: w.cfg.BackoffMax, topo: w.topo}
-	w.decided(it, onAnswer(err, it.att.Number, w.clock.Now(), it.row.Deadline, policy, w.rand()), id)
+	w.decided(it, onAnswer(err, it.att.Number, now, it.row.Deadline, policy, w.rand()), id)
+}
+
+// mayStart decides whether it's send may start now: the checks of the last
+// moment before the provider call, which send runs before calling the
+// adapter and the adapter again (provider.Message.Gate) immediately before
+// the request leaves.
+func (w *Worker) mayStart(it *item) verdict {
+	return beforeSend(w.clock.Now(), it.row.Deadline, w.deadlineMargin())
 }
 
 // decided turns an attempt's verdict into the outcome to record.

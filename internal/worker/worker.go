@@ -51,8 +51,18 @@ type Config struct {
 	BatchWait time.Duration
 	// Prefetch is the broker's unacked-delivery window. Zero value: Concurrency × Batch × 2.
 	Prefetch int
-	// SendTimeout bounds one provider call. Zero value: 30s.
+	// SendTimeout bounds one provider call; the reminder's deadline bounds
+	// it too, whichever comes first. Zero value: 30s.
 	SendTimeout time.Duration
+	// DeadlineMargin: a send is not started when the reminder's deadline
+	// (or its send window's close) is within this margin of now, because
+	// the provider would accept it after the deadline; it expires instead
+	// (deadline_before_send). Size it above the provider's latency. Zero
+	// value (or negative): automatic, twice the p99 of this worker's
+	// measured provider-call latencies, at least 100ms and at most
+	// SendTimeout, and 1s (at most SendTimeout) before the first call
+	// (margin.go).
+	DeadlineMargin time.Duration
 	// SendLease is how long a claimed attempt is protected from the
 	// reconciler. Zero value: SendTimeout + 30s.
 	SendLease time.Duration
@@ -145,7 +155,9 @@ type Worker struct {
 	ready   atomic.Bool
 	// inflight are sends waiting for their rate-limit slots, outside any batch.
 	inflight sync.WaitGroup
-	counts   struct {
+	// latency measures provider calls, for the automatic deadline margin.
+	latency latencies
+	counts  struct {
 		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
 		slotsMissed                                                                                     atomic.Int64
 	}

@@ -170,7 +170,7 @@ var Transitions = slices.Concat(
 		{From: Sending, To: Expired, Actor: Worker, Code: CodeDeadlineBeforeRetry, Statement: "RecordOutcomes",
 			Doc: "a retryable failure, and the next attempt would start at or after the deadline"},
 		{From: Sending, To: Expired, Actor: Worker, Code: CodeDeadlineBeforeSend, Statement: "RecordOutcomes",
-			Doc: "the deadline was reached between the claim and the send (nothing sent)"},
+			Doc: "the deadline was reached, or came within the deadline margin, between the claim and the request leaving (nothing sent)"},
 		{From: Sending, To: Expired, Actor: Worker, Code: CodeNoCapacity, Statement: "RecordOutcomes",
 			Doc: "the send slot was missed and no capacity is left before the deadline (nothing sent)"},
 		{From: Sending, To: Quarantined, Actor: Worker, Code: CodeSendPanicked, Statement: "RecordOutcomes",
