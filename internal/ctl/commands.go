@@ -45,7 +45,7 @@ func Command() *cobra.Command {
 	}
 	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), showCmd(connect), statsCmd(connect),
 		replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd(),
-		listCmd(connect), bulkCmd(connect))
+		listCmd(connect), bulkCmd(connect), consoleCmd(connect, &common))
 	commandLineOnly(root)
 	return root
 }
