@@ -84,9 +84,10 @@ chaos: services
 test-short:
 	go test -short -count=1 ./...
 
-## demo: run the whole system end to end on this machine and print the outcomes
+## demo: run the whole system end to end on this machine and print the outcomes;
+## with CONSOLE=1 it then serves the web console on the run's data until Ctrl-C
 demo: services build
-	go run ./tools/demo
+	go run ./tools/demo $(if $(filter 1,$(CONSOLE)),--console)
 
 ## bench: the performance issue's figures (bench/, a module of its own): Nudge end to end
 ## vs River vs the raw broker, latency per hop at half load, the claim with 10k to 10M

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure what Nudge's tests and demo need is installed and running on this
-# machine: PostgreSQL and RabbitMQ on loopback, the Mailpit binary, and
-# Node.js with npm.
+# machine: PostgreSQL and RabbitMQ on loopback, the Mailpit binary, Node.js
+# with npm, and Chromium.
 # Idempotent and quick when everything is already there. Installing needs root
 # (apt-get); starting uses the distribution's own service commands.
 set -euo pipefail
@@ -102,10 +102,17 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   apt_install nodejs npm
 fi
 
+# Chromium (Debian's package), the headless browser of the console's
+# end-to-end test (internal/console); apt_install runs apt-get update first.
+if ! command -v chromium >/dev/null; then
+  log "installing Chromium (the console's browser test)"
+  apt_install chromium
+fi
+
 # Mailpit, the real SMTP server the tests deliver to.
 gobin=$(go env GOBIN); [ -n "$gobin" ] || gobin="$(go env GOPATH)/bin"
 if ! command -v mailpit >/dev/null && [ ! -x "$gobin/mailpit" ]; then
   log "installing Mailpit (a few minutes the first time)"
   GOFLAGS=-buildvcs=false go install github.com/axllent/mailpit@v1.33.1
 fi
-log "PostgreSQL, RabbitMQ, Mailpit and Node.js are ready"
+log "PostgreSQL, RabbitMQ, Mailpit, Node.js and Chromium are ready"

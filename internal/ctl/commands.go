@@ -44,7 +44,8 @@ func Command() *cobra.Command {
 		return ctx, pool, func() { pool.Close(); stop() }, nil
 	}
 	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), rescheduleCmd(connect),
-		updateCmd(connect), showCmd(connect), statsCmd(connect), replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd())
+		updateCmd(connect), showCmd(connect), statsCmd(connect), replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd(),
+		listCmd(connect), bulkCmd(connect), consoleCmd(connect, &common))
 	commandLineOnly(root)
 	return root
 }

@@ -436,3 +436,44 @@ func TestOperatorSession(t *testing.T) {
 	require.Contains(t, dlqExpire, "no dead letter")
 	require.Len(t, b.audit(t), 4)
 }
+
+func TestListAndBulkCommands(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	for i := range 3 {
+		b.insert(t, opstest.Row{Key: fmt.Sprintf("offboard-%d", i), Tenant: "initech", State: reminder.Pending})
+	}
+	b.insert(t, opstest.Row{Key: "offboard-done", Tenant: "initech", State: reminder.Delivered, Fence: 2})
+	b.insert(t, opstest.Row{Key: "keep", Tenant: "acme"})
+
+	res := b.run("list", "--tenant", "initech", "--page-size", "2")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, "offboard-done")
+	require.Contains(t, res.stdout, "l***r@example.com", "recipients are masked")
+	require.Regexp(t, `2 shown of 4 selected; next page: --before \d+`, res.stdout)
+	next := regexp.MustCompile(`--before (\d+)`).FindStringSubmatch(res.stdout)[1]
+	res = b.run("list", "--tenant", "initech", "--page-size", "2", "--before", next, "--json", "--show-recipients")
+	require.NoError(t, res.err, res.stderr)
+	var page ops.ListPage
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &page))
+	require.Len(t, page.Items, 2)
+	require.Equal(t, "learner@example.com", page.Items[0].Recipient)
+	require.Equal(t, ops.Count{N: 4, Exact: true}, page.Count)
+	require.Zero(t, page.Next)
+
+	res = b.run("bulk", "cancel", "--tenant", "initech", "--actor", "alice")
+	require.ErrorIs(t, res.err, ops.ErrNoReason)
+	res = b.run("bulk", "cancel", "--tenant", "initech", "--actor", "alice", "--reason", "offboarded", "--dry-run")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, "dry run: 4 selected; 3 would be canceled")
+	require.Contains(t, res.stdout, "1 skipped: already delivered")
+	res = b.run("bulk", "cancel", "--tenant", "initech", "--actor", "alice", "--reason", "offboarded")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, "4 selected; 3 canceled")
+	require.Len(t, b.audit(t), 3)
+	for _, a := range b.audit(t) {
+		require.Regexp(t, `^bulk\.cancel \d+ - alice bulk cancel: offboarded$`, a)
+	}
+	res = b.run("bulk", "expire", "--tenant", "initech", "--actor", "alice", "--reason", "x", "--max", "2")
+	require.ErrorIs(t, res.err, ops.ErrBulkTooLarge)
+}

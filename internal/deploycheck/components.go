@@ -23,6 +23,10 @@ var componentKinds = map[string]string{
 	"TriggerAuthentication": "keda.sh/v1alpha1",
 	"ServiceMonitor":        "monitoring.coreos.com/v1",
 	"PrometheusRule":        "monitoring.coreos.com/v1",
+	// The console component's own workload.
+	"Deployment":    "apps/v1",
+	"Service":       "v1",
+	"NetworkPolicy": "networking.k8s.io/v1",
 }
 
 // alertMetrics are the metrics the alert rules must cover (the runbook's
@@ -42,6 +46,7 @@ func checkComponent(dir string, base *baseInfo) []error {
 	var kust obj
 	var objects []document
 	examples := map[string]map[string]bool{} // Secret name → keys, from *.example.yaml
+	exampleData := map[string]map[string]string{}
 	for _, m := range docs {
 		switch {
 		case m.file == "kustomization.yaml":
@@ -51,11 +56,12 @@ func checkComponent(dir string, base *baseInfo) []error {
 			}
 		case strings.Contains(m.file, ".example."):
 			if str(m.doc, "kind") == "Secret" {
-				keys := map[string]bool{}
-				for k := range asObj(at(m.doc, "stringData")) {
-					keys[k] = true
+				keys, data := map[string]bool{}, map[string]string{}
+				for k, v := range asObj(at(m.doc, "stringData")) {
+					keys[k], data[k] = true, fmt.Sprint(v)
 				}
 				examples[str(m.doc, "metadata", "name")] = keys
+				exampleData[str(m.doc, "metadata", "name")] = data
 			}
 		default:
 			if checkKind(m, componentKinds, "a component", fail) {
@@ -209,6 +215,7 @@ func checkComponent(dir string, base *baseInfo) []error {
 			errs = append(errs, checkRules(name+": "+m.where(), m.doc)...)
 		}
 	}
+	errs = append(errs, checkComponentWorkloads(name, objects, base, examples, exampleData)...)
 	for target := range unreplicated {
 		if !scaled[target] {
 			fail("kustomization.yaml", "removes spec.replicas from %s, which no ScaledObject scales: it would run one pod", target)

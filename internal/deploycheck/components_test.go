@@ -54,6 +54,16 @@ func TestComponentCheckerCatches(t *testing.T) {
 		{Name: "bad for", File: "monitoring/prometheusrule.yaml", Old: "          for: 5m\n          labels:\n            severity: warning", New: "          for: 5 minutes\n          labels:\n            severity: warning",
 			Want: `for "5 minutes"`},
 		{Name: "unlisted resource", File: "monitoring/kustomization.yaml", Old: "  - prometheusrule.yaml\n", New: "", Want: "prometheusrule.yaml is not listed in resources"},
+		{Name: "console flag misspelt", File: "console/console.yaml", Old: "--token-file=/etc", New: "--tokenfile=/etc", Want: "tokenfile"},
+		{Name: "console token not mounted", File: "console/console.yaml", Old: "mountPath: /etc/nudge-console", New: "mountPath: /etc/nudge",
+			Want: "--token-file /etc/nudge-console/token is in no volume mount"},
+		{Name: "console token key not shown", File: "console/console.yaml", Old: "              - key: token", New: "              - key: console-token",
+			Want: "reads key console-token of Secret nudge-console-token"},
+		{Name: "console secret not shown", File: "console/console.yaml", Old: "                name: nudge-console\n", New: "                name: nudge-konsole\n",
+			Want: "envFrom"},
+		{Name: "console as root", File: "console/console.yaml", Old: "runAsNonRoot: true", New: "runAsNonRoot: false", Want: "runAsNonRoot must be true"},
+		{Name: "console service selects nothing", File: "console/console.yaml", Old: "  selector:\n    app.kubernetes.io/name: nudge\n    app.kubernetes.io/component: console",
+			New: "  selector:\n    app.kubernetes.io/name: nudge\n    app.kubernetes.io/component: konsole", Want: "matches no Deployment of the component"},
 		{Name: "unknown kind", File: "monitoring/servicemonitors.yaml", Old: "kind: ServiceMonitor", New: "kind: PodMonitor", Want: "kind PodMonitor is not one"},
 	} {
 		t.Run(b.Name, func(t *testing.T) {

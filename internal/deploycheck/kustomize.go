@@ -42,9 +42,12 @@ type workload struct {
 
 // baseInfo is what components and overlays are checked against.
 type baseInfo struct {
-	objects   []document
-	secrets   map[string]map[string]string
-	workloads []workload
+	objects    []document
+	configMaps map[string]map[string]string
+	secrets    map[string]map[string]string
+	workloads  []workload
+	// clis are the binaries' command lines, to check a component's workloads.
+	clis clis
 }
 
 // checkKustomize checks a kustomize base directory against the binaries.
@@ -148,17 +151,7 @@ func inspectBase(dir string, cs clis) (*baseInfo, []error) {
 			if !ourImage(str(c, "image")) {
 				continue
 			}
-			inv := invocation{where: where, env: map[string]envValue{}, shared: map[string]envValue{}}
-			for _, w := range append(list(c, "command"), list(c, "args")...) {
-				inv.argv = append(inv.argv, fmt.Sprint(w))
-			}
-			for _, e := range list(c, "env") {
-				if v, ok := at(e, "value").(string); ok {
-					inv.env[str(e, "name")] = envValue{val: v, known: true}
-				} else {
-					inv.env[str(e, "name")] = envValue{}
-				}
-			}
+			inv := containerInvocation(where, c)
 			var sources []string
 			for _, ef := range list(c, "envFrom") {
 				prefix := str(ef, "prefix")
@@ -260,7 +253,7 @@ func inspectBase(dir string, cs clis) (*baseInfo, []error) {
 	errs = append(errs, checkNetworkPolicies(objects, workloads)...)
 	errs = append(errs, checkK8sDeclarer(workloads)...)
 	errs = append(errs, checkPoolSizes(workloads)...)
-	return &baseInfo{objects: objects, secrets: secrets, workloads: workloads}, errs
+	return &baseInfo{objects: objects, configMaps: configMaps, secrets: secrets, workloads: workloads, clis: cs}, errs
 }
 
 // checkPodSecurity checks the pod-level settings every Nudge pod carries.

@@ -176,3 +176,64 @@ SELECT r.dispatch_batch, c.confirmed_at, coalesce(c.actor, '')
   FROM reminders r
   LEFT JOIN publish_confirms c ON c.batch = r.dispatch_batch
  WHERE r.id = @id;
+
+-- name: ListIDs
+-- The IDs of the reminders a filter selects, newest first, after the keyset
+-- cursor @before (0: from the newest), at most @limit. nudgectl list, its
+-- bulk actions and the console page and count with it (never OFFSET). Every
+-- condition is off when its parameter is empty. Late: due at or before @now
+-- and not terminal. The reason matches the row's reason or last error.
+SELECT r.id
+  FROM reminders r
+ WHERE (@before::bigint = 0 OR r.id < @before::bigint)
+   AND (coalesce(cardinality(@ids::bigint[]), 0) = 0 OR r.id = ANY(@ids::bigint[]))
+   AND (@tenant::text = '' OR r.tenant = @tenant::text)
+   AND (coalesce(cardinality(@states::text[]), 0) = 0 OR r.state = ANY(@states::text[]))
+   AND (@channel::text = '' OR r.channel = @channel::text)
+   AND (@key_prefix::text = '' OR left(r.key, length(@key_prefix::text)) = @key_prefix::text)
+   AND (@due_from::timestamptz IS NULL OR r.due_at >= @due_from::timestamptz)
+   AND (@due_to::timestamptz IS NULL OR r.due_at < @due_to::timestamptz)
+   AND (@deadline_from::timestamptz IS NULL OR r.deadline >= @deadline_from::timestamptz)
+   AND (@deadline_to::timestamptz IS NULL OR r.deadline < @deadline_to::timestamptz)
+   AND (NOT @late::boolean
+        OR (r.due_at <= @now AND r.state NOT IN ('delivered', 'failed', 'expired', 'canceled')))
+   AND (@reason::text = ''
+        OR strpos(lower(coalesce(r.reason, '') || E'\n' || coalesce(r.last_error, '')), lower(@reason::text)) > 0)
+ ORDER BY r.id DESC
+ LIMIT @limit;
+
+-- name: ListRows
+-- The listed reminders' columns, newest first. The recipient's time zone
+-- comes from the row as JSON, so the statement runs on a schema with or
+-- without a tz column (NULL without one).
+SELECT r.id, r.tenant, r.key, r.channel, r.recipient, r.template, r.state, r.fence, r.due_at, r.deadline,
+       r.attempts, coalesce(r.reason, ''), coalesce(r.last_error, ''), r.created_at, r.updated_at,
+       r.finished_at, r.purged_at IS NOT NULL, coalesce(to_jsonb(r) ->> 'tz', '')
+  FROM reminders r
+ WHERE r.id = ANY(@ids::bigint[])
+ ORDER BY r.id DESC;
+
+-- name: Attempts
+-- A reminder's delivery attempts, oldest first.
+SELECT attempt, fence, worker, started_at, finished_at, coalesce(outcome, ''),
+       coalesce(provider_message_id, ''), coalesce(error, '')
+  FROM delivery_attempts
+ WHERE reminder_id = @id
+ ORDER BY id;
+
+-- name: Minutes
+-- The last hour minute by minute, from the newest @scan events (a backward
+-- walk of the primary key: bounded however large the table is): reminders
+-- scheduled (is intent written), claimed by the dispatcher (is it advancing),
+-- attempts started by workers (is the queue draining), terminal outcomes (are
+-- workers finishing) and quarantines. ago is whole minutes before @now.
+SELECT floor(extract(epoch FROM (@now::timestamptz - e.at)) / 60)::int AS ago,
+       count(*) FILTER (WHERE e.from_state IS NULL AND e.to_state = 'pending'),
+       count(*) FILTER (WHERE e.code = 'claimed' OR (e.code IS NULL AND e.reason = 'claimed for dispatch')),
+       count(*) FILTER (WHERE e.to_state = 'sending'),
+       count(*) FILTER (WHERE e.to_state IN ('delivered', 'failed', 'expired', 'canceled')),
+       count(*) FILTER (WHERE e.to_state = 'quarantined')
+  FROM reminder_events e
+ WHERE e.id > (SELECT coalesce(max(id), 0) FROM reminder_events) - @scan
+   AND e.at > @now::timestamptz - interval '1 hour' AND e.at <= @now::timestamptz
+ GROUP BY 1;

@@ -4,20 +4,26 @@
 // channels and several tenants (some already past their deadline, some
 // canceled), runs the dispatcher, both workers and the reconciler until every
 // reminder is terminal, prints the outcomes per channel and state, and stops
-// and removes everything it started.
+// and removes everything it started. With --console (make demo CONSOLE=1) it
+// first serves the web console on the run's data, prints its address and
+// token, and waits for Ctrl-C.
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -37,7 +43,9 @@ const (
 )
 
 func main() {
-	if err := run(); err != nil {
+	console := flag.Bool("console", false, "at the end, serve the web console on this run's data until Ctrl-C")
+	flag.Parse()
+	if err := run(*console); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
@@ -87,7 +95,7 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func run() error {
+func run(console bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	root, _ := os.Getwd()
@@ -260,6 +268,45 @@ func run() error {
 	if int64(mails) != counts["email"]["delivered"] || int64(smsAccepted) != counts["sms"]["delivered"] {
 		return errors.New("the sinks disagree with the delivered counts")
 	}
+	if !console {
+		fmt.Println("\nTo browse this run in the web console (search, timelines, dead letters): make demo CONSOLE=1")
+		return nil
+	}
+	return serveConsole(runDir, env, filepath.Join(bin, "nudgectl"), &p)
+}
+
+// serveConsole runs `nudgectl console` on the demo's data, prints where and
+// with which token, and waits for Ctrl-C (the caller's deferred cleanup then
+// stops it and removes the schema and queues).
+func serveConsole(runDir string, env []string, nudgectl string, p *procs) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	secret := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	token := hex.EncodeToString(secret)
+	tokenFile := filepath.Join(runDir, "console-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if err := p.start(runDir, "console", env, nudgectl, "console", "--listen", addr, "--token-file", tokenFile,
+		"--show-recipients"); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := waitHTTP(wait, "http://"+addr+"/healthz"); err != nil {
+		return fmt.Errorf("the console did not start (log: %s): %w", filepath.Join(runDir, "console.log"), err)
+	}
+	fmt.Printf("\nThe web console is at http://%s/ (sign in with any name and the token %s).\n", addr, token)
+	fmt.Println("Press Ctrl-C to stop it and clean up.")
+	<-ctx.Done()
 	return nil
 }
 
