@@ -436,3 +436,52 @@ func TestOperatorSession(t *testing.T) {
 	require.Contains(t, dlqExpire, "no dead letter")
 	require.Len(t, b.audit(t), 4)
 }
+
+// Issue 17: dlq replay answered "drop — stale: reminder is already enqueued"
+// for dead letters that were the only copy of their reminder's message
+// (dead-lettered by the broker at its delivery limit, the row untouched),
+// acknowledged them and left the reminders stranded until the reconciler's
+// --overdue. A reminder enqueued or retrying at its dead letter's fence is
+// waiting for that very message: replay returns it to pending (the
+// dispatcher publishes a fresh message), expire ends it. One enqueued at a
+// newer fence has a newer copy: its dead letter is stale and dropped.
+func TestDLQReplaysAnOrphanedOnlyCopy(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	deadline := time.Now().Add(3 * time.Hour)
+	orphan := b.insert(t, opstest.Row{Key: "orphan", State: reminder.Enqueued, Fence: 2, Deadline: deadline})
+	retrying := b.insert(t, opstest.Row{Key: "retrying", State: reminder.Retrying, Fence: 2, Attempts: 1, Deadline: deadline})
+	newer := b.insert(t, opstest.Row{Key: "newer", State: reminder.Enqueued, Fence: 5, Deadline: deadline})
+	ms := b.publish(t,
+		opstest.DeadLetter{ReminderID: orphan, Fence: 2, Deadline: deadline, Reason: "broker: delivery_limit"},
+		opstest.DeadLetter{ReminderID: retrying, Fence: 2, Deadline: deadline, Reason: "broker: delivery_limit"},
+		opstest.DeadLetter{ReminderID: newer, Fence: 2, Deadline: deadline, Reason: "broker: delivery_limit"})
+
+	dry := b.dlq("replay", "--channel", "email", "--all", "--attempts", "keep", "--reason", "broker gave up",
+		"--dry-run", "--actor", "alice")
+	require.NoError(t, dry.err, dry.stderr)
+	require.Contains(t, dry.stdout, "replay 2, drop 1")
+	require.Contains(t, dry.stdout, "enqueued waiting for this message, the only copy of it")
+	require.Contains(t, dry.stdout, "a newer copy than this message's")
+
+	res := b.dlq("replay", "--channel", "email", "--id", fmt.Sprint(orphan), "--id", fmt.Sprint(newer),
+		"--attempts", "keep", "--reason", "broker gave up", "--actor", "alice")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, "replay 1, drop 1; 2 messages acknowledged, 1 left")
+	st, fence, _ := opstest.State(t, b.db.Pool, orphan)
+	require.Equal(t, reminder.Pending, st, "back to the dispatcher, which publishes a fresh message")
+	require.EqualValues(t, 3, fence)
+	require.Equal(t, opstest.Event{From: reminder.Enqueued, To: reminder.Pending, Fence: 3, Actor: "alice",
+		Reason: "dlq replay: broker gave up [attempts kept]"}, opstest.LastEvent(t, b.db.Pool, orphan))
+	st, fence, _ = opstest.State(t, b.db.Pool, newer)
+	require.Equal(t, reminder.Enqueued, st, "its newer message is on its way: untouched")
+	require.EqualValues(t, 5, fence)
+
+	res = b.dlq("expire", "--channel", "email", "--all", "--reason", "not worth it now", "--actor", "alice")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, "expire 1")
+	st, _, _ = opstest.State(t, b.db.Pool, retrying)
+	require.Equal(t, reminder.Expired, st)
+	require.Empty(t, b.queue(t, reminder.Email))
+	require.Len(t, ms, 3)
+}
