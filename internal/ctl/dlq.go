@@ -96,7 +96,7 @@ func parseChannel(s string) (reminder.Channel, error) {
 	c := reminder.Channel(strings.ToLower(strings.TrimSpace(s)))
 	if !c.Valid() {
 		if s == "" {
-			return "", errors.New(`--channel is required: "email" or "sms"`)
+			return "", usage(errors.New(`--channel is required: "email" or "sms"`))
 		}
 		return "", fmt.Errorf(`--channel %q: want "email" or "sms"`, s)
 	}
@@ -296,7 +296,7 @@ func dlqShowCmd(read dlqReader) *cobra.Command {
 			defer s.close()
 			found := s.read.Find(rid, msgID, pos)
 			if len(found) == 0 {
-				return fmt.Errorf("no such message in %s (%d messages)", s.read.Queue, len(s.read.Messages))
+				return fmt.Errorf("%w in %s (%d messages)", errNoSuchMessage, s.read.Queue, len(s.read.Messages))
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nudgehq/nudge/internal/ctl"
 	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/internal/ops/opstest"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -343,7 +344,7 @@ func TestStatsCommand(t *testing.T) {
 	b.publish(t, opstest.DeadLetter{Reason: "unverifiable"}, opstest.DeadLetter{Reason: "unverifiable"})
 
 	res := b.run("stats", "--amqp-url", b.mq.URL, "--queue-prefix", b.mq.Topology.Prefix)
-	require.NoError(t, res.err, res.stderr)
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(res.err), res.stderr)
 	table := parseTable(t, res.stdout)
 	require.Equal(t, int64(3), table["all"]["total"])
 	require.Regexp(t, `oldest due, pending \(dispatcher\)\s+3m\d+s`, res.stdout)
@@ -354,11 +355,12 @@ func TestStatsCommand(t *testing.T) {
 	require.Equal(t, 2, len(b.queue(t, reminder.Email)), "stats only counts")
 
 	js := b.run("stats", "--json")
-	require.NoError(t, js.err)
-	var st ops.Stats
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(js.err))
+	var st ops.Report
 	require.NoError(t, json.Unmarshal([]byte(js.stdout), &st))
 	require.Equal(t, map[string]int64{"pending": 1, "expired": 1}, st.ByChannel["email"])
 	require.Nil(t, st.DeadLetters, "no broker asked")
+	require.Equal(t, map[string]int64{"expired": 1}, st.Recent["email"], "expired a minute ago: in the window")
 	require.True(t, strings.Contains(res.stdout, "dispatcher cutoff"))
 }
 
@@ -388,7 +390,7 @@ func TestOperatorSession(t *testing.T) {
 	b.publish(t, opstest.DeadLetter{Reason: "unverifiable: message signature does not verify"})
 
 	stats := b.run("stats", "--amqp-url", b.mq.URL, "--queue-prefix", b.mq.Topology.Prefix)
-	require.NoError(t, stats.err)
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(stats.err), "no dispatcher runs")
 	require.Equal(t, int64(4), parseTable(t, stats.stdout)["sms"]["failed"])
 	require.Equal(t, int64(3), parseTable(t, stats.stdout)["email"]["quarantined"])
 	require.Regexp(t, `dead-letter queues\s+email 4, sms 0 messages`, stats.stdout)

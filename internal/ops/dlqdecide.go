@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,7 +71,7 @@ type DLQSelector struct {
 
 func (s DLQSelector) validate() error {
 	if !s.All && len(s.IDs) == 0 && len(s.MessageIDs) == 0 && s.ReasonContains == "" {
-		return errors.New("select dead letters: --id, --message, --dead-reason or --all")
+		return ErrNoSelection
 	}
 	return nil
 }

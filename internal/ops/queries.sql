@@ -155,6 +155,17 @@ SELECT r.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), coun
  WHERE e.to_state = 'quarantined' AND e.at >= @day_ago AND e.at <= @now
  GROUP BY r.channel;
 
+-- name: StatsRecent
+-- Terminal outcomes of the recent window (@since, @now], by channel: the
+-- rate workers (and expiries) produce terminal records now, not all-time
+-- totals. The terminal index, on the same expression, bounds the read to the
+-- window.
+SELECT channel, state, count(*)
+  FROM reminders
+ WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
+   AND coalesce(finished_at, updated_at) > @since AND coalesce(finished_at, updated_at) <= @now
+ GROUP BY channel, state;
+
 -- name: StatsDispatch
 -- The dispatcher's heartbeat: the cutoff of the newest run that finished
 -- everything due before it (no error, budget not exhausted), and the newest
