@@ -466,6 +466,8 @@ waits), 4 when the database cannot be reached, 5 when it has no Nudge schema (ru
 				return err
 			}
 			if !rep.Healthy {
+				// The verdict said it (and --json stays one JSON document).
+				cmd.SilenceErrors = true
 				return &config.ExitError{Code: ExitUnhealthy, Err: errors.New("a runbook answer is over objective (see the verdict)")}
 			}
 			return nil
