@@ -47,6 +47,7 @@ func Command() *cobra.Command {
 		updateCmd(connect), showCmd(connect), statsCmd(connect), replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd(),
 		listCmd(connect), bulkCmd(connect), consoleCmd(connect, &common))
 	commandLineOnly(root)
+	withExitCodes(root)
 	return root
 }
 
@@ -285,13 +286,13 @@ func lookup(ctx context.Context, pool *pgxpool.Pool, args []string, tenant, key 
 	case len(args) == 1:
 		id, err := strconv.ParseInt(args[0], 10, 64)
 		if err != nil {
-			return reminder.Reminder{}, fmt.Errorf("reminder ID %q: must be a number", args[0])
+			return reminder.Reminder{}, usage(fmt.Errorf("reminder ID %q: must be a number", args[0]))
 		}
 		return intake.Get(ctx, pool, id)
 	case tenant != "" && key != "":
 		return intake.GetByKey(ctx, pool, tenant, key)
 	}
-	return reminder.Reminder{}, errors.New("name a reminder: an ID argument, or --tenant and --key")
+	return reminder.Reminder{}, usage(errors.New("name a reminder: an ID argument, or --tenant and --key"))
 }
 
 func cancelCmd(connect connector) *cobra.Command {
@@ -430,13 +431,22 @@ func showCmd(connect connector) *cobra.Command {
 func statsCmd(connect connector) *cobra.Command {
 	var asJSON bool
 	var amqpURL, prefix string
+	var obj ops.Objectives
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Answer the runbook's questions: counts by channel, state and tenant, oldest waiting work, misses, dead letters, dispatcher lag",
-		Long: `stats prints the reminders by channel × state (the table), then how old the oldest waiting
-work is (pending and due: the dispatcher; enqueued: the workers; overdue retries; repairs the
-reconciler owes), the dispatcher's cutoff and its lag, deadline misses and quarantined reminders
-in the last hour and day, the dead-letter queue depths (with --amqp-url), and the counts by tenant.`,
+		Short: "Answer the runbook's questions with a verdict: counts, recent outcomes, oldest waiting work, misses, dead letters, dispatcher lag",
+		Long: `stats prints the reminders by channel × state (the table), the terminal outcomes of the last
+5 minutes by channel, then how old the oldest waiting work is (pending and due: the dispatcher;
+enqueued: the workers; overdue retries; repairs the reconciler owes), the dispatcher's cutoff and
+its lag, deadline misses and quarantined reminders in the last hour and day, the dead-letter queue
+depths (with --amqp-url), the counts by tenant, and last the verdict: each runbook question
+answered, judged by the --max-* objectives.
+
+--json prints the same with ages in seconds (null: nothing waiting) instead of timestamps.
+
+Exit status: 0 when every answer is within objective, 6 when one is bad (no dispatcher run
+recorded, cutoff lag, oldest due or oldest enqueued over objective, nothing finishing while work
+waits), 4 when the database cannot be reached, 5 when it has no Nudge schema (run nudgectl migrate).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, pool, done, err := connect(cmd)
@@ -456,18 +466,33 @@ in the last hour and day, the dead-letter queue depths (with --amqp-url), and th
 					st.DeadLetters = depths
 				}
 			}
+			rep := st.Report(obj)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else if err := PrintStats(cmd.OutOrStdout(), st, rep.Verdict); err != nil {
+				return err
 			}
-			return PrintStats(cmd.OutOrStdout(), st)
+			if !rep.Healthy {
+				// The verdict said it (and --json stays one JSON document).
+				cmd.SilenceErrors = true
+				return &config.ExitError{Code: ExitUnhealthy, Err: errors.New("a runbook answer is over objective (see the verdict)")}
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVar(&asJSON, "json", false, "print JSON, with ages in seconds")
 	f.StringVar(&amqpURL, "amqp-url", "", "RabbitMQ URL, to report the dead-letter queue depths (empty: not asked)")
 	f.StringVar(&prefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
+	def := ops.Objectives{}.WithDefaults()
+	f.DurationVar(&obj.OldestDue, "max-oldest-due", def.OldestDue, "objective: the oldest due, pending reminder's wait")
+	f.DurationVar(&obj.CutoffLag, "max-cutoff-lag", def.CutoffLag, "objective: how far the dispatcher's cutoff trails now")
+	f.DurationVar(&obj.OldestEnqueued, "max-oldest-enqueued", def.OldestEnqueued,
+		"objective: how long a published reminder waits for a worker")
 	return cmd
 }
 

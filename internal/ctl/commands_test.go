@@ -575,7 +575,7 @@ func TestStats(t *testing.T) {
 	b := setupCtl(t)
 
 	empty := b.run("stats")
-	require.NoError(t, empty.err)
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(empty.err), "no dispatcher run recorded")
 	require.Equal(t, int64(0), parseTable(t, empty.stdout)["all"]["total"])
 
 	res := b.run("schedule", "-f", writeFile(t,
@@ -587,7 +587,7 @@ func TestStats(t *testing.T) {
 	require.NoError(t, b.run("cancel", "--tenant", "acme", "--key", "e2").err)
 
 	res = b.run("stats")
-	require.NoError(t, res.err)
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(res.err))
 	table := parseTable(t, res.stdout)
 	require.Equal(t, []string{"CHANNEL", "pending", "leased", "enqueued", "sending", "retrying", "quarantined", "delivered", "failed", "expired", "canceled", "total"},
 		strings.Fields(strings.SplitN(res.stdout, "\n", 2)[0]))
@@ -603,7 +603,7 @@ func TestStats(t *testing.T) {
 	require.Equal(t, int64(0), table["all"]["delivered"])
 
 	js := b.run("stats", "--json")
-	require.NoError(t, js.err)
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(js.err))
 	var st struct {
 		ByChannel map[string]map[string]int64 `json:"by_channel"`
 	}

@@ -96,7 +96,7 @@ func parseChannel(s string) (reminder.Channel, error) {
 	c := reminder.Channel(strings.ToLower(strings.TrimSpace(s)))
 	if !c.Valid() {
 		if s == "" {
-			return "", errors.New(`--channel is required: "email" or "sms"`)
+			return "", usage(errors.New(`--channel is required: "email" or "sms"`))
 		}
 		return "", fmt.Errorf(`--channel %q: want "email" or "sms"`, s)
 	}
@@ -296,7 +296,7 @@ func dlqShowCmd(read dlqReader) *cobra.Command {
 			defer s.close()
 			found := s.read.Find(rid, msgID, pos)
 			if len(found) == 0 {
-				return fmt.Errorf("no such message in %s (%d messages)", s.read.Queue, len(s.read.Messages))
+				return fmt.Errorf("%w in %s (%d messages)", errNoSuchMessage, s.read.Queue, len(s.read.Messages))
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -383,8 +383,8 @@ func dlqDecideCmd(read dlqReader, action ops.DLQAction) *cobra.Command {
 		asJSON     bool
 	)
 	short := map[ops.DLQAction]string{
-		ops.DLQReplay: "Return quarantined reminders of selected dead letters to work (deadline permitting) and drop their messages",
-		ops.DLQExpire: "End quarantined reminders of selected dead letters as expired and drop their messages (also drops messages naming no reminder)",
+		ops.DLQReplay: "Return the reminders of selected dead letters (quarantined, or waiting for that message) to work (deadline permitting) and drop their messages",
+		ops.DLQExpire: "End the reminders of selected dead letters (quarantined, or waiting for that message) as expired and drop their messages (also drops messages naming no reminder)",
 	}[action]
 	cmd := &cobra.Command{
 		Use:   string(action),
@@ -394,8 +394,11 @@ func dlqDecideCmd(read dlqReader, action ops.DLQAction) *cobra.Command {
 Select with --id (reminder IDs), --message (message IDs), --dead-reason (a substring of the dead
 letter's reason) or --all. The reminder moves under a fence check (it must still be quarantined
 with the fence that was read) with an event naming --actor and --reason; then its messages are
-acknowledged. A message whose reminder already moved on (replayed, expired, delivered) is stale
-and is dropped too. Everything else returns to the queue in order.`,
+acknowledged. A reminder still enqueued or retrying at the dead letter's own fence is waiting for
+that very message, the only copy of it (the broker dead-lettered it at its delivery limit): it
+is decided about as a quarantined one is. A message whose reminder already moved on (replayed,
+expired, delivered, or published again under a newer fence) is stale and is dropped too.
+Everything else returns to the queue in order.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := df.decision(action == ops.DLQReplay)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nudgehq/nudge/internal/ctl"
 	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/internal/ops/opstest"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -343,7 +344,7 @@ func TestStatsCommand(t *testing.T) {
 	b.publish(t, opstest.DeadLetter{Reason: "unverifiable"}, opstest.DeadLetter{Reason: "unverifiable"})
 
 	res := b.run("stats", "--amqp-url", b.mq.URL, "--queue-prefix", b.mq.Topology.Prefix)
-	require.NoError(t, res.err, res.stderr)
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(res.err), res.stderr)
 	table := parseTable(t, res.stdout)
 	require.Equal(t, int64(3), table["all"]["total"])
 	require.Regexp(t, `oldest due, pending \(dispatcher\)\s+3m\d+s`, res.stdout)
@@ -354,11 +355,12 @@ func TestStatsCommand(t *testing.T) {
 	require.Equal(t, 2, len(b.queue(t, reminder.Email)), "stats only counts")
 
 	js := b.run("stats", "--json")
-	require.NoError(t, js.err)
-	var st ops.Stats
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(js.err))
+	var st ops.Report
 	require.NoError(t, json.Unmarshal([]byte(js.stdout), &st))
 	require.Equal(t, map[string]int64{"pending": 1, "expired": 1}, st.ByChannel["email"])
 	require.Nil(t, st.DeadLetters, "no broker asked")
+	require.Equal(t, map[string]int64{"expired": 1}, st.Recent["email"], "expired a minute ago: in the window")
 	require.True(t, strings.Contains(res.stdout, "dispatcher cutoff"))
 }
 
@@ -388,7 +390,7 @@ func TestOperatorSession(t *testing.T) {
 	b.publish(t, opstest.DeadLetter{Reason: "unverifiable: message signature does not verify"})
 
 	stats := b.run("stats", "--amqp-url", b.mq.URL, "--queue-prefix", b.mq.Topology.Prefix)
-	require.NoError(t, stats.err)
+	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(stats.err), "no dispatcher runs")
 	require.Equal(t, int64(4), parseTable(t, stats.stdout)["sms"]["failed"])
 	require.Equal(t, int64(3), parseTable(t, stats.stdout)["email"]["quarantined"])
 	require.Regexp(t, `dead-letter queues\s+email 4, sms 0 messages`, stats.stdout)
@@ -476,4 +478,53 @@ func TestListAndBulkCommands(t *testing.T) {
 	}
 	res = b.run("bulk", "expire", "--tenant", "initech", "--actor", "alice", "--reason", "x", "--max", "2")
 	require.ErrorIs(t, res.err, ops.ErrBulkTooLarge)
+}
+
+// Issue 17: dlq replay answered "drop — stale: reminder is already enqueued"
+// for dead letters that were the only copy of their reminder's message
+// (dead-lettered by the broker at its delivery limit, the row untouched),
+// acknowledged them and left the reminders stranded until the reconciler's
+// --overdue. A reminder enqueued or retrying at its dead letter's fence is
+// waiting for that very message: replay returns it to pending (the
+// dispatcher publishes a fresh message), expire ends it. One enqueued at a
+// newer fence has a newer copy: its dead letter is stale and dropped.
+func TestDLQReplaysAnOrphanedOnlyCopy(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	deadline := time.Now().Add(3 * time.Hour)
+	orphan := b.insert(t, opstest.Row{Key: "orphan", State: reminder.Enqueued, Fence: 2, Deadline: deadline})
+	retrying := b.insert(t, opstest.Row{Key: "retrying", State: reminder.Retrying, Fence: 2, Attempts: 1, Deadline: deadline})
+	newer := b.insert(t, opstest.Row{Key: "newer", State: reminder.Enqueued, Fence: 5, Deadline: deadline})
+	ms := b.publish(t,
+		opstest.DeadLetter{ReminderID: orphan, Fence: 2, Deadline: deadline, Reason: "broker: delivery_limit"},
+		opstest.DeadLetter{ReminderID: retrying, Fence: 2, Deadline: deadline, Reason: "broker: delivery_limit"},
+		opstest.DeadLetter{ReminderID: newer, Fence: 2, Deadline: deadline, Reason: "broker: delivery_limit"})
+
+	dry := b.dlq("replay", "--channel", "email", "--all", "--attempts", "keep", "--reason", "broker gave up",
+		"--dry-run", "--actor", "alice")
+	require.NoError(t, dry.err, dry.stderr)
+	require.Contains(t, dry.stdout, "replay 2, drop 1")
+	require.Contains(t, dry.stdout, "enqueued waiting for this message, the only copy of it")
+	require.Contains(t, dry.stdout, "a newer copy than this message's")
+
+	res := b.dlq("replay", "--channel", "email", "--id", fmt.Sprint(orphan), "--id", fmt.Sprint(newer),
+		"--attempts", "keep", "--reason", "broker gave up", "--actor", "alice")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, "replay 1, drop 1; 2 messages acknowledged, 1 left")
+	st, fence, _ := opstest.State(t, b.db.Pool, orphan)
+	require.Equal(t, reminder.Pending, st, "back to the dispatcher, which publishes a fresh message")
+	require.EqualValues(t, 3, fence)
+	require.Equal(t, opstest.Event{From: reminder.Enqueued, To: reminder.Pending, Fence: 3, Actor: "alice",
+		Reason: "dlq replay: broker gave up [attempts kept]"}, opstest.LastEvent(t, b.db.Pool, orphan))
+	st, fence, _ = opstest.State(t, b.db.Pool, newer)
+	require.Equal(t, reminder.Enqueued, st, "its newer message is on its way: untouched")
+	require.EqualValues(t, 5, fence)
+
+	res = b.dlq("expire", "--channel", "email", "--all", "--reason", "not worth it now", "--actor", "alice")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, "expire 1")
+	st, _, _ = opstest.State(t, b.db.Pool, retrying)
+	require.Equal(t, reminder.Expired, st)
+	require.Empty(t, b.queue(t, reminder.Email))
+	require.Len(t, ms, 3)
 }

@@ -13,10 +13,16 @@ import (
 )
 
 // PrintStats prints what `nudgectl stats` shows: the channel × state table
-// first (PrintOutcomeTable, unchanged), a blank line, the health numbers in
-// the runbook's order, a blank line, and the counts by tenant.
-func PrintStats(w io.Writer, st *ops.Stats) error {
+// first (PrintOutcomeTable, unchanged), a blank line, the terminal outcomes
+// of the recent window, the health numbers in the runbook's order, the
+// counts by tenant, and the verdict (st.Verdict) last, where it is seen.
+func PrintStats(w io.Writer, st *ops.Stats, verdict []ops.Answer) error {
 	if err := PrintOutcomeTable(w, st.ByChannel); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "last %s (terminal outcomes by channel):\n", ops.RecentWindow)
+	if err := printRecent(w, st.Recent); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
@@ -71,7 +77,56 @@ func PrintStats(w io.Writer, st *ops.Stats) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	return printTenantTable(w, st.ByTenant)
+	if err := printTenantTable(w, st.ByTenant); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return printVerdict(w, verdict)
+}
+
+// recentOutcomes are the columns of the recent window's table.
+var recentOutcomes = []reminder.State{reminder.Delivered, reminder.Failed, reminder.Expired, reminder.Canceled}
+
+func printRecent(w io.Writer, recent map[string]map[string]int64) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "CHANNEL\t")
+	for _, o := range recentOutcomes {
+		fmt.Fprintf(tw, "%s\t", o)
+	}
+	fmt.Fprintln(tw, "per minute\t")
+	for _, c := range reminder.Channels {
+		fmt.Fprintf(tw, "%s\t", c)
+		var sum int64
+		for _, o := range recentOutcomes {
+			n := recent[string(c)][string(o)]
+			sum += n
+			fmt.Fprintf(tw, "%d\t", n)
+		}
+		fmt.Fprintf(tw, "%.1f\t\n", float64(sum)/ops.RecentWindow.Minutes())
+	}
+	return tw.Flush()
+}
+
+func printVerdict(w io.Writer, answers []ops.Answer) error {
+	verdict := "OK: every answer is within objective"
+	if !ops.Healthy(answers) {
+		verdict = "BAD: an answer is over objective (exit status 6)"
+	}
+	fmt.Fprintf(w, "verdict: %s\n", verdict)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	last := ""
+	for _, a := range answers {
+		q := ""
+		if a.Question != last {
+			q, last = a.Question, a.Question
+		}
+		mark := "ok"
+		if !a.OK {
+			mark = "BAD"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", q, mark, a.Check, a.Value)
+	}
+	return tw.Flush()
 }
 
 func windows(m map[string]ops.Window) string {

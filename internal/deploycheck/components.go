@@ -32,7 +32,11 @@ var componentKinds = map[string]string{
 // alertMetrics are the metrics the alert rules must cover (the runbook's
 // questions), and the metrics they may use that Nudge does not export.
 var (
-	alertMetrics    = []string{"nudge_oldest_due_age_seconds", "nudge_deadline_misses_total", "nudge_dead_letter_messages", "nudge_reconcile_lag_seconds"}
+	alertMetrics = []string{"nudge_oldest_due_age_seconds", "nudge_deadline_misses_total", "nudge_dead_letter_messages",
+		"nudge_reconcile_lag_seconds", "nudge_dispatch_last_success_timestamp_seconds"}
+	// RunbookURL is where every alert's runbook_url points: its own section
+	// of docs/runbook.md, "#" and the alert's name in lower case.
+	RunbookURL      = "https://github.com/nudgehq/nudge/blob/main/docs/runbook.md"
 	externalMetrics = []string{"up", "kube_cronjob_status_last_successful_time"}
 	reMetricName    = regexp.MustCompile(`\b([a-z_][a-z0-9_]*)\s*(?:\{|\[|\)|\s*[<>=!])`)
 )
@@ -267,6 +271,9 @@ func checkRules(where string, doc obj) []error {
 				if str(r, "annotations", a) == "" {
 					fail("alert %s: annotations.%s is empty", name, a)
 				}
+			}
+			if u, want := str(r, "annotations", "runbook_url"), RunbookURL+"#"+strings.ToLower(name); u != want {
+				fail("alert %s: runbook_url %q, want %q (its section of the runbook)", name, u, want)
 			}
 		}
 	}

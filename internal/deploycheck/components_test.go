@@ -1,7 +1,9 @@
 package deploycheck
 
 import (
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -53,6 +55,8 @@ func TestComponentCheckerCatches(t *testing.T) {
 			Want: "no alert uses nudge_reconcile_lag_seconds"},
 		{Name: "bad for", File: "monitoring/prometheusrule.yaml", Old: "          for: 5m\n          labels:\n            severity: warning", New: "          for: 5 minutes\n          labels:\n            severity: warning",
 			Want: `for "5 minutes"`},
+		{Name: "runbook elsewhere", File: "monitoring/prometheusrule.yaml", Old: "docs/runbook.md#nudgereconcilelagging",
+			New: "docs/operations.md", Want: "alert NudgeReconcileLagging: runbook_url"},
 		{Name: "unlisted resource", File: "monitoring/kustomization.yaml", Old: "  - prometheusrule.yaml\n", New: "", Want: "prometheusrule.yaml is not listed in resources"},
 		{Name: "console flag misspelt", File: "console/console.yaml", Old: "--token-file=/etc", New: "--tokenfile=/etc", Want: "tokenfile"},
 		{Name: "console token not mounted", File: "console/console.yaml", Old: "mountPath: /etc/nudge-console", New: "mountPath: /etc/nudge",
@@ -70,5 +74,30 @@ func TestComponentCheckerCatches(t *testing.T) {
 			comp, _, _ := strings.Cut(b.File, "/")
 			deploytest.WantError(t, checkComponent(filepath.Join(b.Copy(t, root), comp), base), b.Want)
 		})
+	}
+}
+
+// Issue 17: every alert's runbook_url pointed at docs/operations.md, which
+// has no section per alert. Each now points at its own section of
+// docs/runbook.md ("### NudgeSomething"), which must exist.
+func TestEveryAlertHasItsRunbookSection(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	rules, err := os.ReadFile(filepath.Join(root, "deploy", "k8s", "components", "monitoring", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runbook, err := os.ReadFile(filepath.Join(root, "docs", "runbook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := regexp.MustCompile(`(?m)^\s*- alert: (\S+)`).FindAllStringSubmatch(string(rules), -1)
+	if len(alerts) < 5 {
+		t.Fatalf("found %d alerts", len(alerts))
+	}
+	for _, a := range alerts {
+		if !regexp.MustCompile(`(?m)^### ` + a[1] + `$`).Match(runbook) {
+			t.Errorf("docs/runbook.md has no section \"### %s\" for its runbook_url", a[1])
+		}
 	}
 }

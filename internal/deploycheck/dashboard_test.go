@@ -20,6 +20,11 @@ func TestDashboardQueriesNameRealMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dash struct {
+		Templating struct {
+			List []struct {
+				Name string `json:"name"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			Title   string `json:"title"`
 			Targets []struct {
@@ -35,11 +40,28 @@ func TestDashboardQueriesNameRealMetrics(t *testing.T) {
 	if len(dash.Panels) < 8 {
 		t.Fatalf("dashboard has %d panels", len(dash.Panels))
 	}
+	// Issue 17: one Prometheus holds several deployments; every query is
+	// scoped by the cluster and namespace variables.
+	vars := map[string]bool{}
+	for _, v := range dash.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, v := range []string{"datasource", "cluster", "namespace"} {
+		if !vars[v] {
+			t.Errorf("the dashboard has no $%s variable", v)
+		}
+	}
+	selector := regexp.MustCompile(`nudge_[a-z0-9_]+(\{[^}]*\})?`)
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, tg := range p.Targets {
+			for _, sel := range selector.FindAllString(tg.Expr, -1) {
+				if !strings.Contains(sel, `namespace=~"$namespace"`) || !strings.Contains(sel, `cluster=~"$cluster"`) {
+					t.Errorf("panel %q: %s is not scoped by $cluster and $namespace", p.Title, sel)
+				}
+			}
 			for _, m := range name.FindAllString(tg.Expr, -1) {
 				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
 				if !defined[base] {

@@ -227,6 +227,9 @@ type Summary struct {
 	// BrokerDown is set when the run could not publish and only expired
 	// what was past its deadline (ExpireDue).
 	BrokerDown bool
+	// Hops are the hop latencies the run observed, recorded with it
+	// (Report sets them from the process's registry).
+	Hops metrics.HopCounts
 }
 
 // RunOnce runs one dispatch pass with the cutoff taken now. Batches overlap

@@ -5,9 +5,11 @@
 -- One row per dispatcher run, failed ones included: the heartbeat behind "is
 -- the dispatcher advancing its cutoff" (nudgectl stats and the reconciler's
 -- nudge_dispatch_cutoff_lag_seconds read it).
-INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error)
+-- hops holds the run's hop latencies (metrics.HopCounts, schema version 15),
+-- which the reconciler exports.
+INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error, hops)
 VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released, @out_of_budget,
-        nullif(@error::text, ''));
+        nullif(@error::text, ''), coalesce(@hops::jsonb, '{}'::jsonb));
 
 -- name: ExpireDue
 -- The expire-only part of ClaimDue, for a run that cannot publish (the

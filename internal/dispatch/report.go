@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -25,15 +26,25 @@ var queries = sqlfile.Parse("queries.sql", queriesSQL)
 // a run that finished at finished with runErr (nil: it succeeded): call it
 // once at the end of every run, failed ones included. nudgectl stats and the
 // metrics collector derive the cutoff lag from it.
+//
+// sum.Hops, when set, are the hop latencies the run observed: the
+// reconciler exports them (metrics.DispatchRunCollector).
 func RecordRun(ctx context.Context, q pg.Querier, actor string, sum Summary, finished time.Time, runErr error) error {
 	var msg string
 	if runErr != nil {
 		msg = runErr.Error()
 	}
+	if sum.Hops == nil {
+		sum.Hops = metrics.HopCounts{}
+	}
+	hops, err := json.Marshal(sum.Hops)
+	if err != nil {
+		return fmt.Errorf("recording the dispatch run: %w", err)
+	}
 	if _, err := q.Exec(ctx, queries.Get("RecordRun"), pgx.NamedArgs{
 		"actor": actor, "cutoff": sum.Cutoff, "finished_at": finished, "claimed": sum.Claimed,
 		"enqueued": sum.Enqueued, "expired": sum.Expired, "released": sum.Released,
-		"out_of_budget": sum.OutOfBudget, "error": msg,
+		"out_of_budget": sum.OutOfBudget, "error": msg, "hops": string(hops),
 	}); err != nil {
 		return fmt.Errorf("recording the dispatch run: %w", err)
 	}
@@ -76,8 +87,13 @@ func worthRecording(sum Summary, runErr error, sinceLast time.Duration) bool {
 // CronJob's process is gone before any scrape could reach it. In an --every
 // loop, idle runs are recorded at most once a minute (a CronJob's cadence),
 // so a one-second loop does not write 86,400 heartbeat rows a day.
+//
+// Each recorded run carries the hop latencies reg's histograms observed since
+// the previous recorded run, which the reconciler exports
+// (metrics.DispatchRunCollector): no Pushgateway is needed.
 func Report(db pg.Querier, actor string, clk clock.Clock, pushgateway string, reg prometheus.Gatherer, log zerolog.Logger) func(context.Context, Summary, error) {
 	var lastRecorded time.Time
+	var hopsBefore metrics.HopCounts
 	return func(ctx context.Context, sum Summary, runErr error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -86,6 +102,11 @@ func Report(db pg.Querier, actor string, clk clock.Clock, pushgateway string, re
 			return
 		}
 		lastRecorded = finished
+		if hops, err := metrics.GatherHops(reg); err != nil {
+			log.Warn().Err(err).Msg("reading the run's hop latencies")
+		} else {
+			sum.Hops, hopsBefore = hops.Since(hopsBefore), hops
+		}
 		if err := RecordRun(ctx, db, actor, sum, finished, runErr); err != nil {
 			log.Warn().Err(err).Msg("recording the dispatch run")
 		}

@@ -86,7 +86,7 @@ func startPublishing(ctx context.Context, c *config.Common, component string, ti
 		pool: pool,
 		enqueuer: dispatch.Enqueuer{
 			Store: store.New(pool), Publisher: pub, Keys: keys, Topology: c.Topology(),
-			Clock: env.Clock, Actor: actor, Metrics: metrics.New(env.Registry), BrokerReady: gate.ready,
+			Clock: env.Clock, Actor: actor, Metrics: metrics.NewFor(env.Registry, metrics.Component(component), c.Topology().WithDefaults().Channels...), BrokerReady: gate.ready,
 		},
 		close: func() { pub.Close(); pool.Close() },
 	}, nil

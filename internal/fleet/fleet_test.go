@@ -84,14 +84,7 @@ func TestPublishersCheckTheTopologyAndDeclareOnlyWhenAsked(t *testing.T) {
 	common := config.Common{DatabaseURL: db.URL, AMQPURL: mq.URL, SigningKeys: "test:0123456789abcdef0123",
 		QueuePrefix: "t-" + testenv.RandomID(), LogLevel: "warn", LogFormat: "json"}
 	topo := common.Topology()
-	t.Cleanup(func() {
-		if conn, err := broker.Dial(mq.URL, "fleet-test-cleanup"); err == nil {
-			defer conn.Close()
-			if ch, err := conn.Channel(); err == nil {
-				_ = topo.Delete(ch)
-			}
-		}
-	})
+	deleteTopology(t, mq.URL, topo)
 	ctx := context.Background()
 
 	d := fleet.Dispatcher{Common: common}
@@ -167,4 +160,17 @@ func TestBrokerDownAtStartStillExpiresLateWork(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM reminder_events WHERE reason = 'claimed for dispatch'`).Scan(&claims))
 	require.Zero(t, claims)
+}
+
+// deleteTopology deletes topo's exchanges and queues when t ends.
+func deleteTopology(t *testing.T, url string, topo broker.Topology) {
+	t.Helper()
+	t.Cleanup(func() {
+		if conn, err := broker.Dial(url, "fleet-test-cleanup"); err == nil {
+			defer conn.Close()
+			if ch, err := conn.Channel(); err == nil {
+				_ = topo.Delete(ch)
+			}
+		}
+	})
 }

@@ -46,7 +46,8 @@ func (o *Reconciler) RegisterFlags(fs *pflag.FlagSet) {
 }
 
 // Run runs repair passes (and, now and then, a retention pass) until ctx
-// ends, serving the table's gauges (metrics.DBCollector) with the probes;
+// ends, serving the table's gauges (metrics.DBCollector) and the
+// dispatcher's recorded runs (metrics.DispatchRunCollector) with the probes;
 // with Once, it runs one repair pass and returns.
 func (o *Reconciler) Run(ctx context.Context, env Env) error {
 	if err := o.Retention.Validate(); err != nil {
@@ -62,6 +63,13 @@ func (o *Reconciler) Run(ctx context.Context, env Env) error {
 	queues := &broker.WorkQueues{URL: o.Common.AMQPURL, Topology: o.Common.Topology()}
 	defer queues.Close()
 	env.Registry.MustRegister(&metrics.DBCollector{DB: p.pool, Clock: env.Clock, DLQDepth: depths.Depths})
+	// The dispatcher's metrics, from what its runs recorded: counted from
+	// the newest run now, so a scrape sees every run after the start.
+	runs := &metrics.DispatchRunCollector{DB: p.pool, Channels: o.Common.Topology().WithDefaults().Channels}
+	if err := runs.Start(ctx); err != nil {
+		env.Log.Warn().Err(err).Msg("reading the dispatcher's runs; the first scrape tries again")
+	}
+	env.Registry.MustRegister(runs)
 	r := &reconcile.Reconciler{
 		Enqueuer:   p.enqueuer,
 		Config:     o.Config,
@@ -73,6 +81,7 @@ func (o *Reconciler) Run(ctx context.Context, env Env) error {
 	if o.Once {
 		sum, err := r.Pass(ctx)
 		r.LogSummary(sum, err)
+		r.Record(sum, err, env.Clock.Now())
 		return err
 	}
 	if err := probe.Serve(ctx, o.Listen, env.Registry, r.Ready(o.Every), env.Log); err != nil {

@@ -101,7 +101,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	cfg.Name = config.Actor(o.Name)
 	w, err := worker.New(cfg, worker.Deps{
 		AMQPURL: o.Common.AMQPURL, Topology: o.Common.Topology(), Store: store.New(pool).ForChannel(o.Config.Channel), Sender: sender,
-		Keys: keys, Clock: env.Clock, Log: env.Log, Metrics: metrics.New(env.Registry), Limiter: limiter,
+		Keys: keys, Clock: env.Clock, Log: env.Log, Metrics: metrics.NewFor(env.Registry, metrics.Worker, string(o.Config.Channel)), Limiter: limiter,
 		DeclareTopology: o.Common.DeclareTopology, PublishTimeout: o.Common.PublishTimeout,
 	})
 	if err != nil {

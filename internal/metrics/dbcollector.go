@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/pg"
+	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -20,31 +22,19 @@ var OpenStates = []reminder.State{
 	reminder.Pending, reminder.Leased, reminder.Enqueued, reminder.Sending, reminder.Retrying, reminder.Quarantined,
 }
 
-// dbGaugesSQL is the one statement a scrape runs. Each part reads a small
-// partial index: the pending-due index, the enqueued index, the open-deadline
-// index, the leases index, the expired index and the dispatch runs' own.
-const dbGaugesSQL = `
-SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
-       (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
-       (SELECT min(deadline) FROM reminders
-         WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
-       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now),
-       (SELECT cutoff FROM dispatch_runs WHERE error IS NULL AND NOT out_of_budget
-         ORDER BY finished_at DESC LIMIT 1),
-       (SELECT coalesce(jsonb_object_agg(channel || '/' || state, n), '{}'::jsonb)
-          FROM (SELECT channel, state, count(*) AS n FROM reminders
-                 WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
-                 GROUP BY 1, 2) o),
-       (SELECT coalesce(jsonb_object_agg(channel, n), '{}'::jsonb)
-          FROM (SELECT channel, count(*) AS n FROM reminders
-                 WHERE state = 'expired' AND finished_at > @hour_ago AND finished_at <= @now
-                   AND coalesce(reason, '') NOT LIKE 'dlq expire: %'
-                 GROUP BY 1) m)`
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = sqlfile.Parse("queries.sql", queriesSQL)
+
+func query(name string) string { return queries.Get(name) }
 
 // DBCollector derives gauges from the database at scrape time, with one
 // statement under a timeout. The reconciler registers it: the values are the
 // table's truth, whichever process is alive.
 //
+//	nudge_newest_reminder_age_seconds      how long ago the newest reminder was scheduled:
+//	                                       is intent still being written? (absent: none yet)
 //	nudge_oldest_due_age_seconds           the oldest pending, due reminder's wait (0: none)
 //	nudge_oldest_enqueued_age_seconds      the oldest enqueued reminder's wait for a worker
 //	nudge_open_reminders{channel,state}    open reminders
@@ -69,7 +59,7 @@ type DBCollector struct {
 }
 
 type collectorDescs struct {
-	oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
+	newest, oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
 }
 
 // NewDBCollector returns a collector reading db.
@@ -83,6 +73,7 @@ func (c *DBCollector) init() {
 			return prometheus.NewDesc(name, help, labels, nil)
 		}
 		c.descs = collectorDescs{
+			newest:         d("nudge_newest_reminder_age_seconds", "How long ago the newest reminder was scheduled (intake): is intent still being written?"),
 			oldestDue:      d("nudge_oldest_due_age_seconds", "How long the oldest pending, due reminder has waited for the dispatcher (0: none waiting)."),
 			oldestEnqueued: d("nudge_oldest_enqueued_age_seconds", "How long the oldest enqueued reminder has waited for a worker (0: none)."),
 			open:           d("nudge_open_reminders", "Reminders not yet terminal, by channel and state.", "channel", "state"),
@@ -99,7 +90,7 @@ func (c *DBCollector) init() {
 // Describe implements prometheus.Collector.
 func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.init()
-	for _, d := range []*prometheus.Desc{c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
+	for _, d := range []*prometheus.Desc{c.descs.newest, c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
 		c.descs.reconcileLag, c.descs.cutoffLag, c.descs.dlq, c.descs.success, c.descs.duration} {
 		ch <- d
 	}
@@ -117,11 +108,11 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
 	now := c.Clock.Now()
 	var (
-		oldestDue, oldestEnq, unexpired, deadLease, cutoff *time.Time
-		openJSON, missJSON                                 []byte
+		oldestDue, oldestEnq, unexpired, deadLease, cutoff, newest *time.Time
+		openJSON, missJSON                                         []byte
 	)
-	err := c.DB.QueryRow(ctx, dbGaugesSQL, pgx.NamedArgs{"now": now, "hour_ago": now.Add(-time.Hour)}).Scan(
-		&oldestDue, &oldestEnq, &unexpired, &deadLease, &cutoff, &openJSON, &missJSON)
+	err := c.DB.QueryRow(ctx, query("DBGauges"), pgx.NamedArgs{"now": now, "hour_ago": now.Add(-time.Hour)}).Scan(
+		&oldestDue, &oldestEnq, &unexpired, &deadLease, &cutoff, &openJSON, &missJSON, &newest)
 	ok := err == nil
 	if ok {
 		age := func(t *time.Time) float64 {
@@ -133,6 +124,9 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs.oldestDue, prometheus.GaugeValue, age(oldestDue))
 		ch <- prometheus.MustNewConstMetric(c.descs.oldestEnqueued, prometheus.GaugeValue, age(oldestEnq))
 		ch <- prometheus.MustNewConstMetric(c.descs.reconcileLag, prometheus.GaugeValue, max(age(unexpired), age(deadLease)))
+		if newest != nil {
+			ch <- prometheus.MustNewConstMetric(c.descs.newest, prometheus.GaugeValue, age(newest))
+		}
 		if cutoff != nil {
 			ch <- prometheus.MustNewConstMetric(c.descs.cutoffLag, prometheus.GaugeValue, age(cutoff))
 		}

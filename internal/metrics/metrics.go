@@ -5,13 +5,18 @@
 //
 //   - workers, dispatcher and reconciler record events with one call each
 //     (m.Outcome, m.Retry, m.Hop, …); every method is safe on a nil
-//     *Metrics, so a component without metrics calls them all the same;
+//     *Metrics, so a component without metrics calls them all the same.
+//     NewFor registers only the families a component sets, each known
+//     label combination at zero from the start;
 //   - the reconciler registers DBCollector, which derives the gauges that
 //     must not depend on any one process being alive (oldest due age, open
 //     reminders, deadline misses, reconciliation lag, dispatcher cutoff lag,
-//     dead-letter depth) from the database (and broker) at scrape time;
-//   - the dispatcher, which exits after each run, pushes its run summary to
-//     a Pushgateway (PushDispatchRun) when an address is configured.
+//     dead-letter depth, the newest reminder's age) from the database (and
+//     broker) at scrape time;
+//   - the dispatcher, which exits after each run, records its hop latencies
+//     with the run in dispatch_runs, and the reconciler exports them with
+//     the runs' success times (DispatchRunCollector). A Pushgateway is
+//     optional (PushDispatchRun, when an address is configured).
 //
 // Label values that come from reasons are normalised (Reason) and bounded
 // per metric, so an unexpected error text cannot explode cardinality.
@@ -139,6 +144,73 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Component is a process of the fleet, for NewFor.
+type Component string
+
+// The fleet's components.
+const (
+	Dispatcher Component = "dispatcher"
+	Worker     Component = "worker"
+	Reconciler Component = "reconciler"
+)
+
+// NewFor creates the metrics of component c and registers on reg only the
+// families c sets (a worker exports no reconciler gauge stuck at 0), each
+// with every label combination known at start (channels × what c records)
+// at zero, so that alerts and rate() see a series before its first event.
+// channels are those c serves: a worker's own, every channel otherwise.
+//
+// The reconciler registers no hop histogram of its own: its registry's
+// nudge_hop_latency_seconds comes from the dispatcher's runs
+// (DispatchRunCollector), and its republishes' claim → enqueue hop is not
+// observed.
+func NewFor(reg prometheus.Registerer, c Component, channels ...string) *Metrics {
+	m := New(nil)
+	var families []prometheus.Collector
+	switch c {
+	case Dispatcher:
+		families = []prometheus.Collector{m.hop, m.outcomes, m.misses}
+		for _, ch := range channels {
+			m.hop.WithLabelValues(HopDueToClaim, ch)
+			m.hop.WithLabelValues(HopClaimToEnqueue, ch)
+			m.outcomes.WithLabelValues(ch, "expired", "deadline_before_dispatch")
+		}
+	case Worker:
+		families = []prometheus.Collector{m.hop, m.outcomes, m.misses, m.retries, m.duplicates, m.deferrals, m.deadLettered}
+		for _, ch := range channels {
+			m.hop.WithLabelValues(HopEnqueueToStart, ch)
+			m.hop.WithLabelValues(HopStartToTerminal, ch)
+			m.outcomes.WithLabelValues(ch, "delivered", "delivered")
+			m.outcomes.WithLabelValues(ch, "expired", "deadline")
+			for _, kind := range []string{DupClaim, DupConsume, DupSuperseded, DupStale} {
+				m.duplicates.WithLabelValues(ch, kind)
+			}
+		}
+	case Reconciler:
+		families = []prometheus.Collector{m.outcomes, m.misses, m.leases, m.reconcile, m.reconcileAt, m.retention}
+		for _, ch := range channels {
+			m.outcomes.WithLabelValues(ch, "expired", ReconcilerExpiry)
+		}
+		m.leases.WithLabelValues(LeaseDispatch)
+		m.leases.WithLabelValues(LeaseSend)
+		m.reconcile.WithLabelValues("ok")
+		m.reconcile.WithLabelValues("error")
+	default:
+		panic("metrics: unknown component " + string(c))
+	}
+	for _, ch := range channels {
+		m.misses.WithLabelValues(ch)
+	}
+	if reg != nil {
+		reg.MustRegister(families...)
+	}
+	return m
+}
+
+// ReconcilerExpiry is the reason label of the reconciler's expiries (the
+// transition's code, reminder.CodeDeadlinePassed).
+const ReconcilerExpiry = "deadline_passed"
+
 // Hop observes one hop's latency (a negative one, from clock skew, counts as 0).
 func (m *Metrics) Hop(hop, channel string, d time.Duration) {
 	if m == nil {
@@ -179,8 +251,7 @@ func (m *Metrics) Outcomes(channel, outcome, reason string, n int) {
 	}
 }
 
-// DeadlineMiss counts n reminders expired without an Outcome call (the
-// reconciler's ExpireOverdue counts rows, not channels: pass "" when unknown).
+// DeadlineMiss counts n reminders of channel expired without an Outcome call.
 func (m *Metrics) DeadlineMiss(channel string, n int) {
 	if m == nil || n <= 0 {
 		return

@@ -13,46 +13,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/metrics/metricstest"
 	"github.com/nudgehq/nudge/internal/ops/opstest"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
-// values gathers g into "name{label="value",...}" → value (a histogram's
-// sample count under name_count); labels in name order, as Prometheus sorts them.
-func values(t *testing.T, g prometheus.Gatherer) map[string]float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	require.NoError(t, err)
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			key := mf.GetName()
-			if len(labels) > 0 {
-				key += "{" + strings.Join(labels, ",") + "}"
-			}
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				out[key] = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				out[key] = m.GetGauge().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				out[strings.Replace(key, mf.GetName(), mf.GetName()+"_count", 1)] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
-}
+func values(t *testing.T, g prometheus.Gatherer) map[string]float64 { return metricstest.Values(t, g) }
 
 // series counts the series of one metric name in vs.
 func series(vs map[string]float64, name string) int {
@@ -283,4 +255,110 @@ func TestPushDispatchRun(t *testing.T) {
 	require.Contains(t, gw.body, "nudge_dispatch_run_success")
 
 	require.NoError(t, metrics.PushDispatchRun(context.Background(), "", run, nil), "no address: nothing to do")
+}
+
+// Issue 17: every process registered every family, so workers exported
+// nudge_reconcile_last_success_timestamp_seconds 0, and a counter appeared
+// only at its first event (rate() and the alerts missed it). Now each
+// component registers what it sets, every known series at zero.
+func TestEachComponentExportsWhatItSetsFromTheStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		c        metrics.Component
+		channels []string
+		want     []string
+		absent   []string
+	}{
+		{c: metrics.Worker, channels: []string{"sms"},
+			want: []string{`nudge_deadline_misses_total{channel="sms"}`, `nudge_duplicates_suppressed_total{channel="sms",kind="stale"}`,
+				`nudge_outcomes_total{channel="sms",outcome="delivered",reason="delivered"}`,
+				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal"}`},
+			absent: []string{"nudge_reconcile_last_success_timestamp_seconds", "nudge_lease_expirations_total",
+				`nudge_deadline_misses_total{channel="email"}`}},
+		{c: metrics.Reconciler, channels: []string{"email", "sms"},
+			want: []string{"nudge_reconcile_last_success_timestamp_seconds", `nudge_lease_expirations_total{lease="send"}`,
+				`nudge_lease_expirations_total{lease="dispatch"}`, `nudge_deadline_misses_total{channel="email"}`,
+				`nudge_outcomes_total{channel="sms",outcome="expired",reason="deadline_passed"}`},
+			absent: []string{"nudge_hop_latency_seconds_count", "nudge_retries_total", `nudge_deadline_misses_total{channel=""}`}},
+		{c: metrics.Dispatcher, channels: []string{"email", "sms"},
+			want: []string{`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim"}`,
+				`nudge_hop_latency_seconds_count{channel="sms",hop="claim_to_enqueue"}`, `nudge_deadline_misses_total{channel="sms"}`},
+			absent: []string{"nudge_reconcile_last_success_timestamp_seconds", "nudge_lease_expirations_total"}},
+	} {
+		t.Run(string(tc.c), func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			metrics.NewFor(reg, tc.c, tc.channels...)
+			vs := values(t, reg)
+			for _, k := range tc.want {
+				require.Contains(t, vs, k)
+				require.Zero(t, vs[k], k)
+			}
+			for _, name := range tc.absent {
+				for k := range vs {
+					require.False(t, k == name || strings.HasPrefix(k, name+"{"), "%s exports %s", tc.c, k)
+				}
+			}
+		})
+	}
+}
+
+// A run's hops are what the registry observed since the previous run.
+func TestHopCountsSince(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.NewFor(reg, metrics.Dispatcher, "email", "sms")
+	first, err := metrics.GatherHops(reg)
+	require.NoError(t, err)
+	require.Empty(t, first.Since(nil), "nothing observed yet")
+	m.Hop(metrics.HopDueToClaim, "email", 3*time.Second)
+	m.Hop(metrics.HopDueToClaim, "email", 20*time.Millisecond)
+	second, err := metrics.GatherHops(reg)
+	require.NoError(t, err)
+	m.Hop(metrics.HopDueToClaim, "email", time.Hour)
+	third, err := metrics.GatherHops(reg)
+	require.NoError(t, err)
+
+	d := second.Since(first)
+	require.Len(t, d, 1)
+	h := d["due_to_claim/email"]
+	require.EqualValues(t, 2, h.Count)
+	require.InDelta(t, 3.02, h.Sum, 1e-9)
+	require.Len(t, h.Buckets, len(metrics.LatencyBuckets))
+	require.EqualValues(t, 1, h.Buckets[1], "≤ 50 ms")
+	require.EqualValues(t, 2, h.Buckets[7], "≤ 5 s")
+	d = third.Since(second)
+	require.EqualValues(t, 1, d["due_to_claim/email"].Count)
+	require.EqualValues(t, []uint64{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, d["due_to_claim/email"].Buckets)
+}
+
+// The collector counts the runs recorded after its start, once each, and
+// keeps the newest success's time across failed runs.
+func TestDispatchRunCollectorCountsNewRunsOnce(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	hops := metrics.HopCounts{"due_to_claim/sms": {Count: 2, Sum: 1.5,
+		Buckets: []uint64{0, 0, 0, 0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}}}
+	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now, Hops: hops}, now, nil))
+	c := &metrics.DispatchRunCollector{DB: db.Pool, Channels: []string{"email", "sms"}}
+	require.NoError(t, c.Start(ctx))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	vs := values(t, reg)
+	require.Zero(t, vs[`nudge_hop_latency_seconds_count{channel="sms",hop="due_to_claim"}`], "before the start")
+	require.Equal(t, float64(now.Unix()), vs["nudge_dispatch_last_success_timestamp_seconds"])
+
+	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now, Hops: hops}, now.Add(time.Minute), nil))
+	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now}, now.Add(2*time.Minute),
+		errors.New("broker down")))
+	for range 2 {
+		vs = values(t, reg)
+		require.Equal(t, 2.0, vs[`nudge_hop_latency_seconds_count{channel="sms",hop="due_to_claim"}`])
+		require.Zero(t, vs[`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim"}`])
+		require.Equal(t, float64(now.Add(time.Minute).Unix()), vs["nudge_dispatch_last_success_timestamp_seconds"])
+		require.Equal(t, float64(now.Add(2*time.Minute).Unix()), vs["nudge_dispatch_last_run_timestamp_seconds"])
+		require.Equal(t, 1.0, vs[`nudge_dispatch_runs_total{result="ok"}`])
+		require.Equal(t, 1.0, vs[`nudge_dispatch_runs_total{result="error"}`])
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,10 +20,11 @@ import (
 type DLQAction string
 
 const (
-	// DLQReplay returns quarantined reminders to pending (the dispatcher
-	// publishes them again) and acknowledges their messages.
+	// DLQReplay returns quarantined reminders, and enqueued or retrying ones
+	// whose only message is the dead letter (WaitsFor), to pending (the
+	// dispatcher publishes them again) and acknowledges their messages.
 	DLQReplay DLQAction = "replay"
-	// DLQExpire ends quarantined reminders as expired and acknowledges
+	// DLQExpire ends quarantined reminders (and those WaitsFor) as expired and acknowledges
 	// their messages; it is also the only way to drop a message that names
 	// no (verifiable, existing) reminder.
 	DLQExpire DLQAction = "expire"
@@ -40,8 +40,9 @@ const (
 	VerdictExpire Verdict = "expire"
 	// VerdictDrop: the message is acknowledged and nothing else changes: it
 	// names no verifiable reminder or one that no longer exists (expire
-	// only), or its reminder already moved on (replayed, expired, delivered…)
-	// and the message is stale. Recorded in operator_audit.
+	// only), or its reminder already moved on (replayed, expired, delivered,
+	// or published again under a newer fence) and the message is stale.
+	// Recorded in operator_audit.
 	VerdictDrop Verdict = "drop"
 	// VerdictRefusedDeadline: replay refused, the deadline passed or is
 	// within the margin; the message stays (expire it).
@@ -70,7 +71,7 @@ type DLQSelector struct {
 
 func (s DLQSelector) validate() error {
 	if !s.All && len(s.IDs) == 0 && len(s.MessageIDs) == 0 && s.ReasonContains == "" {
-		return errors.New("select dead letters: --id, --message, --dead-reason or --all")
+		return ErrNoSelection
 	}
 	return nil
 }
@@ -148,20 +149,25 @@ func DecideDLQ(ctx context.Context, db pg.Beginner, read *DLQRead, now time.Time
 			it.Verdict, it.Detail = dropOrRefuse(action, "the message names no verifiable reminder")
 		case row == nil:
 			it.Verdict, it.Detail = dropOrRefuse(action, fmt.Sprintf("reminder %d does not exist", m.ReminderID))
-		case row.State != reminder.Quarantined:
+		case !WaitsFor(row, m):
 			it.Verdict = VerdictDrop
 			it.Detail = fmt.Sprintf("stale: reminder %d is already %s", row.ID, row.State)
+			if row.State == reminder.Enqueued || row.State == reminder.Retrying {
+				it.Detail = fmt.Sprintf("stale: reminder %d is %s at fence %d, a newer copy than this message's (fence %d)",
+					row.ID, row.State, row.Fence, m.Fence)
+			}
 		case action == DLQExpire:
-			it.Verdict, it.Detail = VerdictExpire, fmt.Sprintf("reminder %d quarantined → expired", row.ID)
+			it.Verdict, it.Detail = VerdictExpire, fmt.Sprintf("reminder %d %s → expired%s", row.ID, row.State, onlyCopy(row))
 			fences[row.ID] = row.Fence
 		case row.Purged:
 			it.Verdict, it.Detail = VerdictRefusedPurged, fmt.Sprintf("reminder %d has no payload left", row.ID)
 		case !row.Deadline.After(now.Add(d.Margin)):
 			it.Verdict = VerdictRefusedDeadline
-			it.Detail = fmt.Sprintf("reminder %d has %s left before its deadline, the margin is %s (expire it instead)",
-				row.ID, row.Deadline.Sub(now).Round(time.Second), d.Margin)
+			it.Detail = fmt.Sprintf("reminder %d has %s left before its deadline, the margin is %s (expire it instead)%s",
+				row.ID, row.Deadline.Sub(now).Round(time.Second), d.Margin, onlyCopy(row))
 		default:
-			it.Verdict, it.Detail = VerdictReplay, fmt.Sprintf("reminder %d quarantined → pending (attempts %s)", row.ID, d.Attempts)
+			it.Verdict = VerdictReplay
+			it.Detail = fmt.Sprintf("reminder %d %s → pending (attempts %s)%s", row.ID, row.State, d.Attempts, onlyCopy(row))
 			fences[row.ID] = row.Fence
 		}
 		res.Items = append(res.Items, it)
@@ -239,6 +245,33 @@ func DecideDLQ(ctx context.Context, db pg.Beginner, read *DLQRead, now time.Time
 		return res, fmt.Errorf("decisions are recorded, but %w; the messages stay and will be dropped as stale next time", err)
 	}
 	return res, nil
+}
+
+// WaitsFor reports whether reminder row is still waiting for dead letter m,
+// so that a decision about m is one about row: row is quarantined (its
+// message was dead-lettered on purpose), or it is enqueued or retrying at
+// the fence of m's verified body. In the second case m is the only copy of
+// its message (a republish or replay would have raised the fence): the
+// broker dead-lettered it (x-delivery-limit) or a worker did without
+// recording anything, and the reminder would wait for the reconciler's
+// overdue republish. Acknowledging such a message as stale stranded its
+// reminder (issue 17).
+func WaitsFor(row *DeadLetterRow, m *DeadLetter) bool {
+	switch row.State {
+	case reminder.Quarantined:
+		return true
+	case reminder.Enqueued, reminder.Retrying:
+		return m.Verified && m.Fence == row.Fence
+	}
+	return false
+}
+
+// onlyCopy explains a decision about a reminder that waited for its dead letter.
+func onlyCopy(row *DeadLetterRow) string {
+	if row.State == reminder.Quarantined {
+		return ""
+	}
+	return fmt.Sprintf("; it was %s waiting for this message, the only copy of it", row.State)
 }
 
 func dropOrRefuse(action DLQAction, why string) (Verdict, string) {

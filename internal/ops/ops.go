@@ -33,6 +33,8 @@ var (
 	ErrNoReason = errors.New("--reason is required: say why, for the audit trail")
 	// ErrNoActor: every decision names who took it.
 	ErrNoActor = errors.New("--actor is required (it defaults to $USER, which is not set)")
+	// ErrNoSelection: a dead-letter decision must say which messages.
+	ErrNoSelection = errors.New("select dead letters: --id, --message, --dead-reason or --all")
 )
 
 // Event reasons start with the tool that made the decision, so the trail

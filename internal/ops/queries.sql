@@ -66,43 +66,51 @@ SELECT id, tenant, channel, state, fence, deadline, attempts, purged_at IS NOT N
  WHERE id = ANY(@ids::bigint[]);
 
 -- name: DLQReplay
--- Quarantined reminders whose dead letters an operator replays go back to
--- pending under a new fence (the dispatcher publishes them again), if they
--- still have the fence the operator saw, their deadline leaves the margin and
--- their payload is there.
+-- Reminders whose dead letters an operator replays go back to pending under a
+-- new fence (the dispatcher publishes them again), if they still have the
+-- fence the operator saw, their deadline leaves the margin and their payload
+-- is there: quarantined ones, and enqueued or retrying ones still waiting for
+-- the dead letter itself (the fence is the message's, so no newer copy was
+-- published: without a replay they would wait for the reconciler's overdue
+-- republish).
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
 ), upd AS (
     UPDATE reminders r
        SET state = 'pending', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
            enqueued_at = NULL, reason = NULL, updated_at = @now,
            attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.attempts END,
            republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
-      FROM m
-     WHERE r.id = m.id AND r.fence = m.fence AND (r.state = 'quarantined') IS TRUE
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('quarantined', 'enqueued', 'retrying')) IS TRUE
        AND r.deadline > @min_deadline AND r.purged_at IS NULL
- RETURNING r.id, r.fence
+ RETURNING r.id, cur.old_state, r.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
-    SELECT id, 'quarantined', 'pending', fence, @actor, 'dlq_replayed', @reason, @now FROM upd
+    SELECT id, old_state, 'pending', fence, @actor, 'dlq_replayed', @reason, @now FROM upd
 )
 SELECT id FROM upd;
 
 -- name: DLQExpire
--- Quarantined reminders whose dead letters an operator expires end as
--- expired, if they still have the fence the operator saw.
+-- Reminders whose dead letters an operator expires end as expired, if they
+-- still have the fence the operator saw: quarantined ones, and enqueued or
+-- retrying ones still waiting for the dead letter itself.
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
 ), upd AS (
     UPDATE reminders r
        SET state = 'expired', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
            reason = @reason, finished_at = @now, updated_at = @now
-      FROM m
-     WHERE r.id = m.id AND r.fence = m.fence AND (r.state = 'quarantined') IS TRUE
- RETURNING r.id, r.fence
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('quarantined', 'enqueued', 'retrying')) IS TRUE
+ RETURNING r.id, cur.old_state, r.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
-    SELECT id, 'quarantined', 'expired', fence, @actor, 'dlq_expired', @reason, @now FROM upd
+    SELECT id, old_state, 'expired', fence, @actor, 'dlq_expired', @reason, @now FROM upd
 )
 SELECT id FROM upd;
 
@@ -146,6 +154,17 @@ SELECT r.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), coun
   FROM reminder_events e JOIN reminders r ON r.id = e.reminder_id
  WHERE e.to_state = 'quarantined' AND e.at >= @day_ago AND e.at <= @now
  GROUP BY r.channel;
+
+-- name: StatsRecent
+-- Terminal outcomes of the recent window (@since, @now], by channel: the
+-- rate workers (and expiries) produce terminal records now, not all-time
+-- totals. The terminal index, on the same expression, bounds the read to the
+-- window.
+SELECT channel, state, count(*)
+  FROM reminders
+ WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
+   AND coalesce(finished_at, updated_at) > @since AND coalesce(finished_at, updated_at) <= @now
+ GROUP BY channel, state;
 
 -- name: StatsDispatch
 -- The dispatcher's heartbeat: the cutoff of the newest run that finished

@@ -52,7 +52,16 @@ type Stats struct {
 
 	// Dispatch is what is known about the dispatcher's cutoff.
 	Dispatch DispatchStats `json:"dispatch"`
+
+	// Recent counts the terminal outcomes of the last RecentWindow by
+	// channel: channel → outcome (delivered, failed, expired, canceled) →
+	// count.
+	Recent map[string]map[string]int64 `json:"recent"`
 }
+
+// RecentWindow is the window of Stats.Recent: short enough to say what the
+// fleet does now, long enough to span a few dispatcher runs.
+const RecentWindow = 5 * time.Minute
 
 // Window counts over the last hour and the last day.
 type Window struct {
@@ -146,6 +155,22 @@ func ReadStats(ctx context.Context, q pg.Querier, now time.Time) (*Stats, error)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("counting deadline misses and quarantines: %w", err)
+	}
+
+	s.Recent = map[string]map[string]int64{}
+	rows, err = q.Query(ctx, query("StatsRecent"), pgx.NamedArgs{"now": now, "since": now.Add(-RecentWindow)})
+	if err != nil {
+		return nil, fmt.Errorf("counting recent outcomes: %w", err)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&channel, &state, &n}, func() error {
+		if s.Recent[channel] == nil {
+			s.Recent[channel] = map[string]int64{}
+		}
+		s.Recent[channel][state] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting recent outcomes: %w", err)
 	}
 
 	var cutoff, lastRun *time.Time

@@ -109,6 +109,12 @@ func (r *Reconciler) Ready(every time.Duration) func() bool {
 // Summary counts what one pass repaired.
 type Summary struct {
 	Expired int
+	// ExpiredBy counts Expired per channel.
+	ExpiredBy map[reminder.Channel]int
+	// SendLeasesExpired were being sent under a send lease that ran out
+	// (their worker is presumed gone): expired, if past their deadline, or
+	// enqueued again to be republished.
+	SendLeasesExpired int
 	// Released were enqueued (or, left by a version before schema 7,
 	// leased) under a dispatch lease that ran out with no publish
 	// confirmation recorded: back to pending.
@@ -134,14 +140,28 @@ type Summary struct {
 const maxRounds = 100
 
 // Pass runs one repair pass.
-func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
-	cfg := r.Config.WithDefaults()
+func (r *Reconciler) Pass(ctx context.Context) (sum Summary, err error) {
 	start := r.Clock.Now()
-	var sum Summary
+	// Named results: the deferred function sets the Elapsed that is returned
+	// (with an unnamed result it set a copy, and every pass took 0 s).
 	defer func() { sum.Elapsed = r.Clock.Now().Sub(start) }()
+	return r.pass(ctx)
+}
 
+func (r *Reconciler) pass(ctx context.Context) (Summary, error) {
+	cfg := r.Config.WithDefaults()
+	var sum Summary
 	for range maxRounds {
-		n, err := r.Store.ExpireOverdue(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
+		exp, err := r.Store.ExpireOverdueByChannel(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
+		n := 0
+		for ch, e := range exp {
+			n += e.Expired
+			if sum.ExpiredBy == nil {
+				sum.ExpiredBy = map[reminder.Channel]int{}
+			}
+			sum.ExpiredBy[ch] += e.Expired
+			sum.SendLeasesExpired += e.SendLeaseExpired
+		}
 		sum.Expired += n
 		if err != nil {
 			return sum, err
@@ -177,6 +197,9 @@ func (r *Reconciler) Pass(ctx context.Context) (Summary, error) {
 		for _, c := range claimed {
 			if c.State == reminder.Quarantined {
 				sum.Quarantined++
+			}
+			if c.From == reminder.Sending {
+				sum.SendLeasesExpired++
 			}
 		}
 		res, err := r.Enqueue(ctx, claimed)
@@ -229,9 +252,7 @@ func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 		}
 		r.brokerDown.Store(sum.BrokerDown)
 		r.LogSummary(sum, err)
-		r.Metrics.ReconcilePass(sum.Elapsed, err, now)
-		r.Metrics.LeaseExpired(metrics.LeaseDispatch, sum.Released)
-		r.Metrics.Outcomes("", string(reminder.Expired), "deadline", sum.Expired)
+		r.Record(sum, err, now)
 		if r.Cleaner != nil && (lastClean.IsZero() || now.Sub(lastClean) >= cleanEvery) && ctx.Err() == nil {
 			lastClean = now
 			cs, err := r.Cleaner.Pass(ctx)
@@ -242,6 +263,16 @@ func (r *Reconciler) Loop(ctx context.Context, every time.Duration) error {
 			return nil
 		case <-clock.After(r.Clock, every-r.Clock.Now().Sub(start)):
 		}
+	}
+}
+
+// Record counts in r.Metrics what a pass that ended at now repaired.
+func (r *Reconciler) Record(sum Summary, err error, now time.Time) {
+	r.Metrics.ReconcilePass(sum.Elapsed, err, now)
+	r.Metrics.LeaseExpired(metrics.LeaseDispatch, sum.Released)
+	r.Metrics.LeaseExpired(metrics.LeaseSend, sum.SendLeasesExpired)
+	for ch, n := range sum.ExpiredBy {
+		r.Metrics.Outcomes(string(ch), string(reminder.Expired), metrics.ReconcilerExpiry, n)
 	}
 }
 
@@ -267,7 +298,7 @@ func (r *Reconciler) LogSummary(sum Summary, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		ev = r.Log.Error().Err(err)
 	}
-	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("in_queue", sum.InQueue).Int("republished", sum.Republished).
+	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("in_queue", sum.InQueue).Int("republished", sum.Republished).Int("send_leases_expired", sum.SendLeasesExpired).
 		Int("quarantined", sum.Quarantined).Strs("waiting", sum.Waiting).Bool("broker_down", sum.BrokerDown).
 		Dur("elapsed", sum.Elapsed).Msg("reconcile pass")
 }

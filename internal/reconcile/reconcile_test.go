@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,8 @@ import (
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/metrics/metricstest"
 	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/retention"
 	"github.com/nudgehq/nudge/internal/store"
@@ -361,4 +364,66 @@ func TestBrokerDownPassDoesTheDatabaseWorkOnly(t *testing.T) {
 	require.Equal(t, 1, b.republishes(t, overdue), "republished once the broker is back")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// ticking is a clock that moves a second at every reading, so a pass that
+// reads it takes time.
+type ticking struct{ *clock.Fake }
+
+func (c ticking) Now() time.Time { c.Advance(time.Second); return c.Fake.Now() }
+
+// Issue 17: the reconciler counted its expiries as
+// nudge_deadline_misses_total{channel=""} (the deadline-miss alert's summary
+// named no channel), never counted an expired send lease, and reported every
+// pass as taking 0 s (Elapsed was set on a copy of the result). Now
+// expiries carry their channel, a send lease that ran out is counted
+// (republished or expired), and a pass takes the time it took.
+func TestPassMetricsNameTheChannelAndTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	b.rec.Metrics = metrics.NewFor(reg, metrics.Reconciler, "email", "sms")
+	before := metricstest.Values(t, reg)
+	for _, k := range []string{`nudge_deadline_misses_total{channel="email"}`, `nudge_deadline_misses_total{channel="sms"}`,
+		`nudge_lease_expirations_total{lease="dispatch"}`, `nudge_lease_expirations_total{lease="send"}`,
+		`nudge_outcomes_total{channel="sms",outcome="expired",reason="deadline_passed"}`} {
+		require.Contains(t, before, k, "known at start")
+		require.Zero(t, before[k], k)
+	}
+
+	// Two sends whose worker died: one past its deadline by the time the
+	// lease runs out (expired), one not (republished).
+	late := b.schedule(t, "late", 30*time.Second)
+	live := b.schedule(t, "live", time.Hour)
+	b.dispatch(t)
+	var fs []store.Fenced
+	for _, env := range b.queued(t) {
+		fs = append(fs, store.Fenced{ID: env.ReminderID, Fence: env.Fence})
+	}
+	require.Len(t, fs, 2)
+	_, err := b.st.ClaimAttempts(ctx, b.clock.Now(), fs, 10*time.Second, "doomed-worker")
+	require.NoError(t, err)
+	b.clock.Advance(time.Minute)
+
+	b.rec.Clock = ticking{b.clock}
+	sum, err := b.rec.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[reminder.Channel]int{reminder.SMS: 1}, sum.ExpiredBy)
+	require.Equal(t, 1, sum.Republished)
+	require.Equal(t, 2, sum.SendLeasesExpired)
+	require.Positive(t, sum.Elapsed, "the pass read a moving clock")
+	require.Equal(t, reminder.Expired, b.get(t, late).State)
+	require.Equal(t, reminder.Enqueued, b.get(t, live).State)
+
+	b.rec.Record(sum, err, b.clock.Now())
+	after := metricstest.Values(t, reg)
+	require.Equal(t, 1.0, after[`nudge_deadline_misses_total{channel="sms"}`])
+	require.Equal(t, 1.0, after[`nudge_outcomes_total{channel="sms",outcome="expired",reason="deadline_passed"}`])
+	require.NotContains(t, after, `nudge_deadline_misses_total{channel=""}`)
+	require.Equal(t, 2.0, after[`nudge_lease_expirations_total{lease="send"}`])
+	require.Equal(t, 1.0, after[`nudge_reconcile_pass_duration_seconds_count{result="ok"}`])
+	require.Equal(t, sum.Elapsed.Seconds(), after[`nudge_reconcile_pass_duration_seconds_sum{result="ok"}`])
+	require.NotContains(t, after, `nudge_hop_latency_seconds_count{channel="sms",hop="claim_to_enqueue"}`,
+		"the reconciler's hops are the dispatcher's, from dispatch_runs")
 }

@@ -131,7 +131,8 @@ WITH stuck AS (
                 ELSE 'message overdue; republishing' END, @now
       FROM claimed
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch FROM claimed;
+SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch, old_state
+  FROM claimed;
 
 -- name: ConfirmPublished
 -- The broker confirmed (and routed) the messages of these claims: one row per
@@ -203,6 +204,8 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <
 -- name: ExpireOverdue
 -- Every open reminder at or past its deadline ends as expired, except one
 -- whose send is in flight under a live lease (its worker records the outcome).
+-- One row per channel: how many expired, and how many of them were being
+-- sent under a send lease that had run out (lease expirations).
 WITH late AS (
     SELECT id, state AS old_state
       FROM reminders
@@ -223,12 +226,12 @@ WITH late AS (
                                      ELSE '' END END
       FROM late
      WHERE r.id = late.id
- RETURNING r.id, late.old_state, r.fence, r.reason
+ RETURNING r.id, late.old_state, r.fence, r.reason, r.channel
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'expired', fence, @actor, 'deadline_passed', reason, @now FROM upd
 )
-SELECT count(*) FROM upd;
+SELECT channel, count(*), count(*) FILTER (WHERE old_state = 'sending') FROM upd GROUP BY channel;
 
 -- name: SettleQueued
 -- A worker settles reminders whose message it holds without sending: rows

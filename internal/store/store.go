@@ -76,6 +76,9 @@ type Claimed struct {
 	Batch int64
 	// ClaimedAt is the claim's time (its @now).
 	ClaimedAt time.Time
+	// From is the state Reclaim took it from (empty for ClaimDue's):
+	// Sending means its send lease had expired.
+	From reminder.State
 }
 
 // scanClaimed scans a Claimed from the columns ClaimDue and Reclaim both
@@ -89,10 +92,6 @@ func scanClaimed(r pgx.CollectableRow, now time.Time, extra ...any) (Claimed, er
 		c.Batch = *batch
 	}
 	return c, err
-}
-
-func collectClaimed(rows pgx.Rows, now time.Time) ([]Claimed, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) { return scanClaimed(r, now) })
 }
 
 // ClaimDue enqueues, under a dispatch lease until now+lease and one batch
@@ -150,7 +149,12 @@ func (s *Store) ReclaimExcept(ctx context.Context, now time.Time, overdue time.D
 	if err != nil {
 		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
 	}
-	out, err := collectClaimed(rows, now)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		var from reminder.State
+		c, err := scanClaimed(r, now, &from)
+		c.From = from
+		return c, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reclaiming stuck reminders: %w", err)
 	}
@@ -218,14 +222,6 @@ func (s *Store) Release(ctx context.Context, now time.Time, fs []Fenced, actor, 
 	})
 }
 
-func (s *Store) count(ctx context.Context, op, name string, args pgx.NamedArgs) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, query(name), args).Scan(&n); err != nil {
-		return 0, fmt.Errorf("%s: %w", op, err)
-	}
-	return n, nil
-}
-
 // ResolveExpiredLeases resolves up to limit dispatch leases that ran out:
 // an enqueued reminder whose batch's publish was confirmed keeps its state
 // (cleared counts them); one whose publish was not, or a leased one (claimed
@@ -244,9 +240,37 @@ func (s *Store) ResolveExpiredLeases(ctx context.Context, now time.Time, limit i
 // ExpireOverdue expires up to limit open reminders at or past their deadline
 // (not those being sent under a live lease), and says how many.
 func (s *Store) ExpireOverdue(ctx context.Context, now time.Time, limit int, actor string) (int, error) {
-	return s.count(ctx, "expiring overdue reminders", "ExpireOverdue", pgx.NamedArgs{
-		"now": now, "limit": limit, "actor": actor,
-	})
+	exp, err := s.ExpireOverdueByChannel(ctx, now, limit, actor)
+	n := 0
+	for _, e := range exp {
+		n += e.Expired
+	}
+	return n, err
+}
+
+// Expiry counts what ExpireOverdue ended in one channel.
+type Expiry struct {
+	// Expired reminders, of which SendLeaseExpired were being sent under a
+	// send lease that had run out (their worker is presumed gone).
+	Expired, SendLeaseExpired int
+}
+
+// ExpireOverdueByChannel is ExpireOverdue that says how many per channel.
+func (s *Store) ExpireOverdueByChannel(ctx context.Context, now time.Time, limit int, actor string) (map[reminder.Channel]Expiry, error) {
+	rows, err := s.pool.Query(ctx, query("ExpireOverdue"), pgx.NamedArgs{"now": now, "limit": limit, "actor": actor})
+	if err != nil {
+		return nil, fmt.Errorf("expiring overdue reminders: %w", err)
+	}
+	out := map[reminder.Channel]Expiry{}
+	var ch reminder.Channel
+	var e Expiry
+	if _, err := pgx.ForEachRow(rows, []any{&ch, &e.Expired, &e.SendLeaseExpired}, func() error {
+		out[ch] = e
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("expiring overdue reminders: %w", err)
+	}
+	return out, nil
 }
 
 // Quarantine parks reminders whose message keeps failing, for the fences

@@ -190,12 +190,10 @@ var Transitions = slices.Concat(
 		Statement: "Reclaim", Doc: "republished MaxRepublishes times without an outcome"}),
 	each([]State{Failed, Quarantined, Leased, Enqueued, Retrying}, Transition{To: Pending, Actor: Operator,
 		Code: CodeReplayed, Statement: "Replay", Doc: "controlled replay (open states only once stuck)"}),
-	[]Transition{
-		{From: Quarantined, To: Pending, Actor: Operator, Code: CodeDLQReplayed, Statement: "DLQReplay",
-			Doc: "an operator replays its dead letter"},
-		{From: Quarantined, To: Expired, Actor: Operator, Code: CodeDLQExpired, Statement: "DLQExpire",
-			Doc: "an operator expires its dead letter"},
-	},
+	each([]State{Quarantined, Enqueued, Retrying}, Transition{To: Pending, Actor: Operator, Code: CodeDLQReplayed,
+		Statement: "DLQReplay", Doc: "an operator replays its dead letter (enqueued, retrying: the only copy of its message)"}),
+	each([]State{Quarantined, Enqueued, Retrying}, Transition{To: Expired, Actor: Operator, Code: CodeDLQExpired,
+		Statement: "DLQExpire", Doc: "an operator expires its dead letter (enqueued, retrying: the only copy of its message)"}),
 	each(terminal, Transition{To: None, Actor: Retention, Code: CodeDeleted, Statement: "DeleteReminders",
 		Doc: "finished longer ago than the retention window (no event: the trail outlives the row)"}),
 )

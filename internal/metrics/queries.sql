@@ -1,0 +1,42 @@
+-- What the reconciler's collectors read at scrape time. Each statement reads
+-- small indexes only: a scrape must stay cheap however big the table grows.
+-- Time comes from the caller (@now).
+
+-- name: DBGauges
+-- The gauges DBCollector derives. Each part reads a small partial index: the
+-- pending-due index, the enqueued index, the open-deadline index, the leases
+-- index, the expired index and the dispatch runs' own; the newest reminder is
+-- the primary key's end.
+SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
+       (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
+       (SELECT min(deadline) FROM reminders
+         WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now),
+       (SELECT cutoff FROM dispatch_runs WHERE error IS NULL AND NOT out_of_budget
+         ORDER BY finished_at DESC LIMIT 1),
+       (SELECT coalesce(jsonb_object_agg(channel || '/' || state, n), '{}'::jsonb)
+          FROM (SELECT channel, state, count(*) AS n FROM reminders
+                 WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
+                 GROUP BY 1, 2) o),
+       (SELECT coalesce(jsonb_object_agg(channel, n), '{}'::jsonb)
+          FROM (SELECT channel, count(*) AS n FROM reminders
+                 WHERE state = 'expired' AND finished_at > @hour_ago AND finished_at <= @now
+                   AND coalesce(reason, '') NOT LIKE 'dlq expire: %'
+                 GROUP BY 1) m),
+       (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1);
+
+-- name: DispatchRunsStart
+-- Where DispatchRunCollector starts: the newest run's id (its hops and those
+-- before it are not counted), and the newest successful and any run's end
+-- (the finished_at index, read backwards).
+SELECT coalesce((SELECT max(id) FROM dispatch_runs), 0),
+       (SELECT finished_at FROM dispatch_runs WHERE error IS NULL ORDER BY finished_at DESC LIMIT 1),
+       (SELECT max(finished_at) FROM dispatch_runs);
+
+-- name: DispatchRunsSince
+-- The runs recorded after @after, by primary key.
+SELECT id, finished_at, error IS NULL, hops
+  FROM dispatch_runs
+ WHERE id > @after
+ ORDER BY id
+ LIMIT @limit;
