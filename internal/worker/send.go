@@ -8,7 +8,6 @@ import (
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/faults"
 	"github.com/nudgehq/nudge/internal/metrics"
-	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -33,6 +32,9 @@ func (w *Worker) sendClaimed(ctx context.Context, sending []*item, now time.Time
 // sendAndRecord sends claimed attempts (each at its slot, if it has one),
 // records their outcomes in one statement and hands retries to their tier.
 func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
+	if !w.readUnknown(ctx, sending) {
+		return // nothing sent: the send leases expire and the reconciler retries
+	}
 	var wg sync.WaitGroup
 	for _, it := range sending {
 		wg.Go(func() { w.send(ctx, it) })
@@ -122,14 +124,20 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		w.decided(it, v, "")
 		return
 	}
+	msg := w.message(it, it.earlier)
+	if v, id := w.beforeResend(ctx, it, msg); v.kind != kindSend {
+		w.decided(it, v, id) // found at the provider, or it could not tell: not sent
+		return
+	}
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
 	defer cancel()
-	id, err := w.sender.Send(sctx, provider.Message{
-		ReminderID: it.row.ID, IdempotencyKey: it.row.IdempotencyKey, Tenant: it.row.Tenant,
-		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
-	})
-	policy := retryPolicy{maxAttempts: w.cfg.MaxAttempts, base: w.cfg.BackoffBase, max: w.cfg.BackoffMax, topo: w.topo}
-	w.decided(it, onAnswer(err, it.att.Number, w.clock.Now(), it.row.Deadline, policy, w.rand()), id)
+	id, err := w.sender.Send(sctx, msg)
+	v := onAnswer(err, it.att.Number, w.clock.Now(), it.row.Deadline, w.policy(), w.rand())
+	v, found := w.settleUnknown(ctx, it, msg, v)
+	if found != "" {
+		id = found
+	}
+	w.decided(it, v, id)
 }
 
 // decided turns an attempt's verdict into the outcome to record.
