@@ -5,9 +5,13 @@
 // response onto provider.Error. Timeouts, 429 and 5xx are retryable because
 // the send may succeed later; other 4xx are permanent because repeating the
 // same request cannot fix it. A timeout leaves the outcome unknown (the
-// provider may have accepted), which is safe to retry only because every
-// attempt of a reminder carries the same Idempotency-Key and the provider
-// deduplicates on it.
+// provider may have accepted). The generic API (Client) deduplicates on the
+// Idempotency-Key every attempt of a reminder carries; Twilio's
+// (TwilioClient, twilio.go) does not, so both adapters are also
+// provider.Lookers: the worker asks the provider for an earlier attempt's
+// message before it sends again, and records the reminder delivered when it
+// is there. suite_test.go runs both through one behavioural suite against
+// the fake provider (internal/fakesms).
 //
 // Message text is rendered here from text/template files named
 // <name>.sms.tmpl, so a template error is found before anything is sent and
