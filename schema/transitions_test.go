@@ -149,6 +149,7 @@ func writers() []writer {
 			{"Quarantine", settle((*store.Store).Quarantine)},
 			{"ExpireFenced", settle((*store.Store).ExpireFenced)},
 			{"ExpireEarly", settle((*store.Store).ExpireEarly)},
+			{"FoundAtProvider", settle((*store.Store).FoundAtProvider)},
 		}},
 		{file: storeSQL, name: "ClaimForDelivery", actors: []reminder.Actor{reminder.Worker},
 			runs: one("", func(t *testing.T, f *fixture) {

@@ -44,6 +44,8 @@ func main() {
 type options struct {
 	listen      string
 	token       string
+	twilioSID   string
+	twilioToken string
 	rate429     float64
 	rate5xx     float64
 	rate4xx     float64
@@ -60,8 +62,10 @@ func newCommand() *cobra.Command {
 		Use:   "fake-sms",
 		Short: "Serve a fake SMS provider with injectable faults",
 		Long: `fake-sms serves an SMS provider API (POST /v1/messages) that deduplicates on
-Idempotency-Key and injects faults: 429 with Retry-After, 5xx, 4xx, fixed delays
-and timeouts after accepting. Faults can be changed while it runs:
+Idempotency-Key, and Twilio's Message resource (create, fetch, list, status
+callbacks under /2010-04-01/Accounts/SID/), which does not. Both inject the
+same faults: 429 with Retry-After, 5xx, 4xx, fixed delays and timeouts after
+accepting. Faults can be changed while it runs:
 
   curl -X PUT localhost:9025/control -d '{"rate_5xx":0.2,"script":["429","timeout_after_accept"]}'
 
@@ -86,6 +90,8 @@ GET /stats, GET /healthz.`,
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:9025", "`address` to serve on")
 	f.StringVar(&o.token, "token", "", "bearer `token` POST /v1/messages requires; empty accepts any")
+	f.StringVar(&o.twilioSID, "twilio-account-sid", "", "Twilio account `SID` the Twilio routes serve, with basic auth; empty serves any without auth")
+	f.StringVar(&o.twilioToken, "twilio-auth-token", "", "Twilio auth `token` the Twilio routes require with --twilio-account-sid")
 	f.Float64Var(&o.rate5xx, "rate-5xx", 0, "probability of answering 503")
 	f.Float64Var(&o.rate429, "rate-429", 0, "probability of answering 429")
 	f.Float64Var(&o.rate4xx, "rate-4xx", 0, "probability of answering 400")
@@ -116,6 +122,7 @@ func run(ctx context.Context, o options, log zerolog.Logger) error {
 	fake := fakesms.New(
 		fakesms.WithConfig(cfg),
 		fakesms.WithToken(o.token),
+		fakesms.WithTwilioAccount(o.twilioSID, o.twilioToken),
 		fakesms.WithAttemptHook(func(a fakesms.Attempt) { logAttempt(log, a) }),
 	)
 
@@ -153,6 +160,7 @@ func logAttempt(log zerolog.Logger, a fakesms.Attempt) {
 		ev = log.Warn()
 	}
 	ev.Int("seq", a.Seq).
+		Str("api", a.API).
 		Str("idempotency_key", a.IdempotencyKey).
 		Str("to", a.To).
 		Str("tenant", a.Tenant).

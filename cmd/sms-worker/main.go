@@ -1,5 +1,6 @@
 // Command sms-worker consumes the SMS queue and sends each reminder through
-// the SMS provider's HTTP API with the reminder's idempotency key.
+// the SMS provider's HTTP API: the generic one (with the reminder's
+// idempotency key) or Twilio's (--sms-api=twilio).
 package main
 
 import (
@@ -21,7 +22,7 @@ import (
 func main() {
 	var (
 		o         = fleet.Worker{Name: "sms-worker", Config: worker.Config{Channel: reminder.SMS}}
-		smsCfg    sms.Config
+		smsFlags  sms.Flags
 		templates string
 	)
 	cmd := &cobra.Command{
@@ -41,9 +42,10 @@ func main() {
 				if err != nil {
 					return nil, nil, fmt.Errorf("--templates: %w", err)
 				}
-				smsCfg.Templates = tmpl
-				smsCfg.Timeout = o.Config.SendTimeout
-				sender, err := sms.New(smsCfg)
+				if err := config.CheckSMSURL(smsFlags.URL(), o.Common.AllowInsecureTLS); err != nil {
+					return nil, nil, fmt.Errorf("the %s provider's URL: %w", smsFlags.API, err)
+				}
+				sender, err := smsFlags.Sender(tmpl, o.Config.SendTimeout)
 				if err != nil {
 					return nil, nil, err
 				}
@@ -53,9 +55,7 @@ func main() {
 	}
 	f := cmd.Flags()
 	o.RegisterFlags(f)
-	f.StringVar(&smsCfg.URL, "sms-url", "http://127.0.0.1:9025", "SMS provider base URL; messages are POSTed to URL/v1/messages")
-	f.StringVar(&smsCfg.Token, "sms-token", "", "bearer token for the SMS provider")
-	f.StringVar(&smsCfg.Sender, "sms-sender", "", "sender id or number (empty: the provider's default)")
+	smsFlags.Register(f)
 	f.StringVar(&templates, "templates", "", "directory of NAME.sms.tmpl overriding the built-in templates")
 	config.Execute(cmd)
 }

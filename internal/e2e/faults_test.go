@@ -185,8 +185,10 @@ func (f *procFleet) queueDepth(t *testing.T, channel string) int {
 }
 
 // Inventory: a worker is killed after the provider accepted the send but
-// before the outcome was recorded. SMS: the retry carries the same
-// idempotency key, so the provider accepts it once.
+// before the outcome was recorded. SMS: the next attempt asks the provider
+// for the unknown one's message (GET by idempotency key), finds it and
+// records the reminder delivered without sending; had it sent, the same
+// idempotency key would have been deduplicated.
 func TestFaultWorkerKilledAfterProviderAcceptedSMS(t *testing.T) {
 	t.Parallel()
 	f := newProcFleet(t, false)
@@ -203,10 +205,10 @@ func TestFaultWorkerKilledAfterProviderAcceptedSMS(t *testing.T) {
 	stop(t, w)
 
 	require.Len(t, f.sms.Messages(), 1, "one message reached the phone")
-	atts := f.sms.Attempts()
-	require.Len(t, atts, 2)
-	require.True(t, atts[1].Duplicate, "the retry was deduplicated by the provider")
+	require.Len(t, f.sms.Attempts(), 1, "the retry asked the provider first, found the message and sent nothing")
+	require.Equal(t, 1, f.sms.Stats().Lookups)
 	require.Equal(t, []string{"", "delivered"}, f.attemptOutcomes(t, ids[0]), "the crashed attempt stays unknown")
+	require.Contains(t, f.reasons(t, ids[0]), "found at the provider")
 	require.Contains(t, f.reasons(t, ids[0]), "send lease expired; retrying with the same idempotency key")
 }
 

@@ -13,9 +13,18 @@
 // test or a development session, not a long soak. POST /reset (or Reset)
 // clears them.
 //
+// It also speaks Twilio's Programmable Messaging API (create, fetch, list,
+// status callbacks), which does not deduplicate: a repeated create is a
+// second message, counted as such, so a client's lookup-before-retry is
+// tested for real.
+//
 // Routes:
 //
 //	POST /v1/messages   send (the provider API sms.Client speaks)
+//	GET  /v1/messages/{key}  the message accepted under an idempotency key
+//	POST /2010-04-01/Accounts/{sid}/Messages.json         Twilio create
+//	GET  /2010-04-01/Accounts/{sid}/Messages.json         Twilio list (To, From, DateSent, PageSize, Page)
+//	GET  /2010-04-01/Accounts/{sid}/Messages/{msid}.json  Twilio fetch
 //	GET  /control       current Config
 //	PUT  /control       replace Config
 //	POST /reset         clear records and Config
@@ -54,9 +63,19 @@ const (
 	// Config.Stall before answering as Accept would, or until the client
 	// gives up when Stall is zero.
 	TimeoutAfterAccept Outcome = "timeout_after_accept"
+	// AcceptUndelivered accepts, and the carrier then refuses the message:
+	// a Twilio message ends "undelivered" with error 30003, reported by
+	// status callback (the generic API treats it as Accept).
+	AcceptUndelivered Outcome = "accept_undelivered"
 	// Timeout stalls like TimeoutAfterAccept without accepting, then answers
 	// 504.
 	Timeout Outcome = "timeout"
+)
+
+// The APIs the fake speaks, as Attempt.API and Message.API name them.
+const (
+	APIGeneric = "generic"
+	APITwilio  = "twilio"
 )
 
 // Statuses the probabilities produce.
@@ -73,13 +92,13 @@ const (
 // Validate reports whether o is a known outcome.
 func (o Outcome) Validate() error {
 	switch o {
-	case Accept, TimeoutAfterAccept, Timeout:
+	case Accept, TimeoutAfterAccept, Timeout, AcceptUndelivered:
 		return nil
 	}
 	if code, err := strconv.Atoi(string(o)); err == nil && code >= 400 && code <= 599 && len(o) == 3 {
 		return nil
 	}
-	return fmt.Errorf("unknown outcome %q: want accept, timeout_after_accept, timeout or a status 400-599", string(o))
+	return fmt.Errorf("unknown outcome %q: want accept, accept_undelivered, timeout_after_accept, timeout or a status 400-599", string(o))
 }
 
 // status returns the HTTP status of a status outcome, zero for named ones.
@@ -228,15 +247,19 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Attempt is one request to POST /v1/messages, as the fake saw and answered it.
+// Attempt is one send request (POST /v1/messages, or a Twilio create), as
+// the fake saw and answered it.
 type Attempt struct {
-	Seq            int       `json:"seq"`
-	Time           time.Time `json:"time"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	To             string    `json:"to"`
-	Body           string    `json:"body"`
-	Tenant         string    `json:"tenant"`
-	Reference      string    `json:"reference"`
+	Seq  int       `json:"seq"`
+	Time time.Time `json:"time"`
+	// API is the API the request spoke: APIGeneric or APITwilio.
+	API            string `json:"api"`
+	IdempotencyKey string `json:"idempotency_key"`
+	To             string `json:"to"`
+	From           string `json:"from,omitempty"`
+	Body           string `json:"body"`
+	Tenant         string `json:"tenant"`
+	Reference      string `json:"reference"`
 	// Status is the HTTP status answered, or that would have been answered
 	// had the client waited (see ClientGone); 499 if the client left during
 	// Config.Delay.
@@ -256,16 +279,27 @@ type Attempt struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Message is an accepted message: one per idempotency key.
+// Message is an accepted message: one per idempotency key in the generic
+// API, one per accepted create in Twilio's (which does not deduplicate).
 type Message struct {
-	ID             string    `json:"id"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	To             string    `json:"to"`
-	Body           string    `json:"body"`
-	Tenant         string    `json:"tenant"`
-	Reference      string    `json:"reference"`
-	From           string    `json:"from,omitempty"`
-	AcceptedAt     time.Time `json:"accepted_at"`
+	ID string `json:"id"`
+	// API is the API it was sent through: APIGeneric or APITwilio.
+	API            string `json:"api"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	To             string `json:"to"`
+	Body           string `json:"body"`
+	Tenant         string `json:"tenant"`
+	Reference      string `json:"reference"`
+	From           string `json:"from,omitempty"`
+	// Service is the Twilio MessagingServiceSid it was sent with.
+	Service string `json:"messaging_service_sid,omitempty"`
+	// StatusCallback is the Twilio status-callback URL it was sent with.
+	StatusCallback string `json:"status_callback,omitempty"`
+	// Status is "accepted" (generic), or Twilio's "sent" or "undelivered".
+	Status string `json:"status"`
+	// ErrorCode is Twilio's delivery error code (30003), zero if none.
+	ErrorCode  int       `json:"error_code,omitempty"`
+	AcceptedAt time.Time `json:"accepted_at"`
 	// Attempts counts every request that carried this key, before and after
 	// acceptance.
 	Attempts int `json:"attempts"`
@@ -273,7 +307,10 @@ type Message struct {
 
 // Stats counts what the fake has seen since it started or was reset.
 type Stats struct {
-	Attempts   int            `json:"attempts"`
+	Attempts int `json:"attempts"`
+	// Lookups counts fetches and lists of messages (both APIs): how often
+	// a client asked whether a send had arrived.
+	Lookups    int            `json:"lookups"`
 	Accepted   int            `json:"accepted"`
 	Duplicates int            `json:"duplicates"`
 	ClientGone int            `json:"client_gone"`
@@ -305,7 +342,7 @@ func WithClock(c clock.Clock) Option {
 	return func(s *Server) { s.clock = c }
 }
 
-// WithToken makes POST /v1/messages require "Authorization: Bearer <token>"
+// WithToken makes the generic API (POST and GET /v1/messages) require "Authorization: Bearer <token>"
 // and answer 401 otherwise. The control API stays open.
 func WithToken(token string) Option {
 	return func(s *Server) { s.token = token }
@@ -336,6 +373,11 @@ type Server struct {
 	messages    []*Message
 	byKey       map[string]*Message
 	keyAttempts map[string]int
+	lookups     int
+	// twilio is the account the Twilio routes serve (WithTwilioAccount).
+	twilio twilioAccount
+	// callbacks tracks status callbacks in flight, so Close can wait.
+	callbacks sync.WaitGroup
 }
 
 // New returns a Server with no faults unless options set them.
@@ -352,6 +394,8 @@ func New(opts ...Option) *Server {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", s.handleSend)
+	mux.HandleFunc("GET /v1/messages/{key}", s.handleGet)
+	s.twilioRoutes(mux)
 	mux.HandleFunc("GET /control", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Config())
 	})
@@ -392,9 +436,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Close releases every handler waiting in Delay or Stall, which then answers
 // at once, and makes later waits return immediately, so an http.Server
-// holding stalled requests can shut down. The Server keeps serving.
+// holding stalled requests can shut down; then it waits for status callbacks
+// in flight. The Server keeps serving.
 func (s *Server) Close() {
 	s.closed.Do(func() { close(s.release) })
+	s.callbacks.Wait()
 }
 
 // Config returns the current Config; Script holds only what is left of it.
@@ -444,6 +490,7 @@ func (s *Server) clearRecords() {
 	s.messages = nil
 	s.byKey = make(map[string]*Message)
 	s.keyAttempts = make(map[string]int)
+	s.lookups = 0
 }
 
 // Messages returns the accepted messages in acceptance order.
@@ -477,6 +524,7 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		Attempts: len(s.attempts),
 		Accepted: len(s.messages),
+		Lookups:  s.lookups,
 		ByStatus: make(map[int]int),
 		ByFault:  make(map[string]int),
 	}
@@ -511,13 +559,44 @@ func (s *Server) handlePutControl(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Config())
 }
 
-// sendRequest is the provider API's request body.
+// sendRequest is a valid send request, in either API.
 type sendRequest struct {
-	To        string `json:"to"`
-	Body      string `json:"body"`
-	Reference string `json:"reference"`
-	Tenant    string `json:"tenant"`
-	From      string `json:"from"`
+	// Key is the Idempotency-Key (generic API); empty for Twilio, which
+	// does not deduplicate.
+	Key       string
+	To        string
+	Body      string
+	Reference string
+	Tenant    string
+	From      string
+	// Service is the Twilio MessagingServiceSid, when the request named one
+	// instead of From.
+	Service string
+	// Callback is the Twilio StatusCallback URL.
+	Callback string
+}
+
+// refusal is a request the fake rejects before any fault: status, the
+// provider's error code (Twilio's; zero for the generic API) and why.
+type refusal struct {
+	status int
+	code   int
+	reason string
+}
+
+// dialect is what differs between the APIs the fake speaks: how a request
+// is authorised and read, and how answers are written.
+type dialect interface {
+	// name is the API's name in the records ("generic", "twilio").
+	name() string
+	// key is the request's idempotency key, before its body is read.
+	key(r *http.Request) string
+	// parse authorises and reads a send request; a non-nil refusal rejects it.
+	parse(r *http.Request, body []byte) (sendRequest, *refusal)
+	// accepted writes the answer to an accepted (dup: deduplicated) send.
+	accepted(w http.ResponseWriter, m *Message, dup bool)
+	// failed writes an error answer (an injected fault or a refusal).
+	failed(w http.ResponseWriter, f refusal, retryAfter int)
 }
 
 // decision is an outcome with the Config it was decided under.
@@ -528,35 +607,30 @@ type decision struct {
 	retryAfter int
 }
 
+// handleSend serves POST /v1/messages, the generic API.
 func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get("Idempotency-Key")
-	a := s.begin(key)
+	s.serveSend(w, r, generic{token: s.token})
+}
 
-	if s.token != "" && r.Header.Get("Authorization") != "Bearer "+s.token {
-		s.reject(w, a, http.StatusUnauthorized, "missing or wrong bearer token")
-		return
-	}
-	if key == "" {
-		s.reject(w, a, http.StatusBadRequest, "missing Idempotency-Key header")
-		return
-	}
+// serveSend runs one send request through validation, the delay and the
+// fault plan, in the dialect of its API.
+func (s *Server) serveSend(w http.ResponseWriter, r *http.Request, d dialect) {
+	key := d.key(r)
+	a := s.begin(d.name(), key)
 	// Read the body to EOF: only then does net/http watch the connection
 	// and cancel the request context when the client goes away, which the
 	// stalls rely on.
-	var req sendRequest
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
 	if err != nil {
-		s.reject(w, a, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		s.reject(w, a, d, refusal{status: http.StatusBadRequest, reason: "reading the body: " + err.Error()})
 		return
 	}
+	req, bad := d.parse(r, body)
 	s.update(a, func(a *Attempt) {
-		a.To, a.Body, a.Tenant, a.Reference = req.To, req.Body, req.Tenant, req.Reference
+		a.To, a.Body, a.Tenant, a.Reference, a.From = req.To, req.Body, req.Tenant, req.Reference, req.From
 	})
-	if req.To == "" || req.Body == "" {
-		s.reject(w, a, http.StatusBadRequest, `"to" and "body" are required`)
+	if bad != nil {
+		s.reject(w, a, d, *bad)
 		return
 	}
 
@@ -565,46 +639,125 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	d := s.decide()
-	fault := string(d.outcome)
-	if d.outcome == Accept {
+	dec := s.decide()
+	fault := string(dec.outcome)
+	if dec.outcome == Accept {
 		fault = ""
 	}
-	s.update(a, func(a *Attempt) { a.Fault, a.Scripted = fault, d.scripted })
+	s.update(a, func(a *Attempt) { a.Fault, a.Scripted = fault, dec.scripted })
 
-	switch d.outcome {
-	case Accept:
-		m, dup := s.accept(a, key, req)
-		s.answerAccepted(w, a, m, dup)
+	switch dec.outcome {
+	case Accept, AcceptUndelivered:
+		m, dup := s.accept(a, d.name(), req, dec.outcome == AcceptUndelivered)
+		s.finish(a, nil)
+		d.accepted(w, m, dup)
+		s.callBack(m, dup)
 	case TimeoutAfterAccept:
-		m, dup := s.accept(a, key, req)
-		if !s.stall(r, a, d.stall) {
-			return
-		}
-		s.answerAccepted(w, a, m, dup)
-	case Timeout:
-		s.update(a, func(a *Attempt) { a.Status = http.StatusGatewayTimeout })
-		if !s.stall(r, a, d.stall) {
+		m, dup := s.accept(a, d.name(), req, false)
+		s.callBack(m, dup)
+		if !s.stall(r, a, dec.stall) {
 			return
 		}
 		s.finish(a, nil)
-		writeError(w, http.StatusGatewayTimeout, "upstream timeout (injected)")
-	default:
-		status := d.outcome.status()
-		s.finish(a, func(a *Attempt) { a.Status = status })
-		if status == http.StatusTooManyRequests && d.retryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(d.retryAfter))
+		d.accepted(w, m, dup)
+	case Timeout:
+		s.update(a, func(a *Attempt) { a.Status = http.StatusGatewayTimeout })
+		if !s.stall(r, a, dec.stall) {
+			return
 		}
-		writeError(w, status, http.StatusText(status)+" (injected)")
+		s.finish(a, nil)
+		d.failed(w, refusal{status: http.StatusGatewayTimeout, reason: "upstream timeout (injected)"}, 0)
+	default:
+		status := dec.outcome.status()
+		s.finish(a, func(a *Attempt) { a.Status = status })
+		retryAfter := 0
+		if status == http.StatusTooManyRequests {
+			retryAfter = dec.retryAfter
+		}
+		d.failed(w, refusal{status: status, reason: http.StatusText(status) + " (injected)"}, retryAfter)
 	}
 }
 
+// generic is the provider API sms.Client speaks: JSON, a bearer token, an
+// Idempotency-Key it deduplicates on.
+type generic struct{ token string }
+
+func (generic) name() string { return APIGeneric }
+
+func (generic) key(r *http.Request) string { return r.Header.Get("Idempotency-Key") }
+
+// genericRequest is the generic API's request body.
+type genericRequest struct {
+	To        string `json:"to"`
+	Body      string `json:"body"`
+	Reference string `json:"reference"`
+	Tenant    string `json:"tenant"`
+	From      string `json:"from"`
+}
+
+func (g generic) parse(r *http.Request, body []byte) (sendRequest, *refusal) {
+	if g.token != "" && r.Header.Get("Authorization") != "Bearer "+g.token {
+		return sendRequest{}, &refusal{status: http.StatusUnauthorized, reason: "missing or wrong bearer token"}
+	}
+	key := g.key(r)
+	if key == "" {
+		return sendRequest{}, &refusal{status: http.StatusBadRequest, reason: "missing Idempotency-Key header"}
+	}
+	var req genericRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return sendRequest{}, &refusal{status: http.StatusBadRequest, reason: "invalid JSON body: " + err.Error()}
+	}
+	out := sendRequest{Key: key, To: req.To, Body: req.Body, Reference: req.Reference, Tenant: req.Tenant, From: req.From}
+	if req.To == "" || req.Body == "" {
+		return out, &refusal{status: http.StatusBadRequest, reason: `"to" and "body" are required`}
+	}
+	return out, nil
+}
+
+func (generic) accepted(w http.ResponseWriter, m *Message, dup bool) {
+	if dup {
+		writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "status": "accepted", "duplicate": true})
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": m.ID, "status": "accepted"})
+}
+
+func (generic) failed(w http.ResponseWriter, f refusal, retryAfter int) {
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	writeError(w, f.status, f.reason)
+}
+
+// handleGet serves GET /v1/messages/{key}: the message accepted under an
+// idempotency key, or 404.
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	if s.token != "" && r.Header.Get("Authorization") != "Bearer "+s.token {
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		return
+	}
+	s.mu.Lock()
+	s.lookups++
+	m, ok := s.byKey[r.PathValue("key")]
+	var out Message
+	if ok {
+		out = *m
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, "no message with that idempotency key")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": out.ID, "status": out.Status, "to": out.To,
+		"reference": out.Reference, "accepted_at": out.AcceptedAt})
+}
+
 // begin records a new attempt.
-func (s *Server) begin(key string) *Attempt {
+func (s *Server) begin(api, key string) *Attempt {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := &Attempt{Seq: len(s.attempts) + 1, Time: now, IdempotencyKey: key}
+	a := &Attempt{Seq: len(s.attempts) + 1, Time: now, API: api, IdempotencyKey: key}
 	s.attempts = append(s.attempts, a)
 	if key != "" {
 		s.keyAttempts[key]++
@@ -631,9 +784,9 @@ func (s *Server) finish(a *Attempt, fn func(*Attempt)) {
 	}
 }
 
-func (s *Server) reject(w http.ResponseWriter, a *Attempt, status int, reason string) {
-	s.finish(a, func(a *Attempt) { a.Status, a.Error = status, reason })
-	writeError(w, status, reason)
+func (s *Server) reject(w http.ResponseWriter, a *Attempt, d dialect, f refusal) {
+	s.finish(a, func(a *Attempt) { a.Status, a.Error = f.status, f.reason })
+	d.failed(w, f, 0)
 }
 
 // decide pops the script or draws from the generator.
@@ -663,27 +816,45 @@ func (s *Server) decide() decision {
 	return d
 }
 
-// accept creates the message for key, or finds the one already accepted.
-// The check and the insert share one critical section, so concurrent
-// requests with one key create one message.
-func (s *Server) accept(a *Attempt, key string, req sendRequest) (*Message, bool) {
+// accept creates the message for the request's key, or finds the one
+// already accepted (the generic API deduplicates; a Twilio request has no
+// key and always creates one). The check and the insert share one critical
+// section, so concurrent requests with one key create one message.
+// undelivered marks it as one the carrier will refuse (Twilio 30003).
+func (s *Server) accept(a *Attempt, api string, req sendRequest, undelivered bool) (*Message, bool) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m, dup := s.byKey[key]
+	m, dup := s.byKey[req.Key]
+	if req.Key == "" {
+		dup = false
+	}
 	if !dup {
 		s.nextID++
 		m = &Message{
 			ID:             fmt.Sprintf("sms_%06d", s.nextID),
-			IdempotencyKey: key,
+			API:            api,
+			IdempotencyKey: req.Key,
 			To:             req.To,
 			Body:           req.Body,
 			Tenant:         req.Tenant,
 			Reference:      req.Reference,
 			From:           req.From,
+			Service:        req.Service,
+			StatusCallback: req.Callback,
+			Status:         "accepted",
 			AcceptedAt:     now,
 		}
-		s.byKey[key] = m
+		if api == APITwilio {
+			m.ID = twilioSID("SM", s.nextID)
+			m.Status = "sent"
+			if undelivered {
+				m.Status, m.ErrorCode = "undelivered", undeliveredCode
+			}
+		}
+		if req.Key != "" {
+			s.byKey[req.Key] = m
+		}
 		s.messages = append(s.messages, m)
 	}
 	a.MessageID, a.Duplicate = m.ID, dup
@@ -692,15 +863,6 @@ func (s *Server) accept(a *Attempt, key string, req sendRequest) (*Message, bool
 		a.Status = http.StatusOK
 	}
 	return m, dup
-}
-
-func (s *Server) answerAccepted(w http.ResponseWriter, a *Attempt, m *Message, dup bool) {
-	s.finish(a, nil)
-	if dup {
-		writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "status": "accepted", "duplicate": true})
-		return
-	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": m.ID, "status": "accepted"})
 }
 
 // stall waits for d (forever when zero) and reports whether the client is

@@ -139,14 +139,14 @@ func TestSendDeduplicatesOnKey(t *testing.T) {
 	msgs := b.fake.Messages()
 	require.Len(t, msgs, 2)
 	require.Equal(t, fakesms.Message{
-		ID: id, IdempotencyKey: "rem-1", To: "+15555550100", Body: "hello",
-		Tenant: "acme", Reference: "9", AcceptedAt: now, Attempts: 2,
+		ID: id, API: fakesms.APIGeneric, IdempotencyKey: "rem-1", To: "+15555550100", Body: "hello",
+		Tenant: "acme", Reference: "9", Status: "accepted", AcceptedAt: now, Attempts: 2,
 	}, msgs[0])
 
 	attempts := b.fake.Attempts()
 	require.Len(t, attempts, 3)
 	require.Equal(t, fakesms.Attempt{
-		Seq: 2, Time: now, IdempotencyKey: "rem-1", To: "+15555550100", Body: "hello again",
+		Seq: 2, Time: now, API: fakesms.APIGeneric, IdempotencyKey: "rem-1", To: "+15555550100", Body: "hello again",
 		Tenant: "acme", Reference: "9", Status: http.StatusOK, Duplicate: true, MessageID: id,
 	}, attempts[1])
 
@@ -316,7 +316,7 @@ func TestControlAPI(t *testing.T) {
 	require.Equal(t, "429", attempts[0].Fault)
 
 	r = b.do(t, http.MethodGet, "/stats", nil, "")
-	require.JSONEq(t, `{"attempts":2,"accepted":1,"duplicates":0,"client_gone":0,
+	require.JSONEq(t, `{"attempts":2,"accepted":1,"lookups":0,"duplicates":0,"client_gone":0,
 		"by_status":{"201":1,"429":1},"by_fault":{"429":1}}`, r.raw)
 
 	r = b.do(t, http.MethodPost, "/reset", nil, "")

@@ -34,6 +34,11 @@ type Message struct {
 	// it. Nil: no check. The worker's gate refuses a send whose deadline is
 	// within its margin.
 	Gate func() error
+	// Earlier are the reminder's earlier attempts whose outcome is unknown
+	// (no answer came, or their worker died mid-send): the provider may hold
+	// a message from any of them. A Looker searches for it with these; Send
+	// ignores them.
+	Earlier []Earlier
 }
 
 // CodeNotStarted is the code of the error Send returns when Message.Gate
@@ -52,12 +57,55 @@ func (m Message) Open() error {
 	return nil
 }
 
+// Earlier is an earlier attempt of a reminder whose outcome is unknown.
+type Earlier struct {
+	// AttemptID is the attempt's row id.
+	AttemptID int64
+	// ProviderID is the id the provider gave, when one was recorded (an
+	// answer that carried an id but could not be read as an acceptance).
+	ProviderID string
+	// Started is when the attempt was claimed: the provider cannot have
+	// accepted its message before.
+	Started time.Time
+}
+
+// Since returns the earliest start of msg.Earlier (zero when it is empty).
+func (m Message) Since() time.Time {
+	var t time.Time
+	for _, e := range m.Earlier {
+		if t.IsZero() || e.Started.Before(t) {
+			t = e.Started
+		}
+	}
+	return t
+}
+
 // Sender delivers one message. It returns the provider's message id on
 // acceptance. Errors should be *Error so the caller can tell retryable from
 // permanent; any other error is treated as retryable (outcome unknown).
 type Sender interface {
 	Send(ctx context.Context, msg Message) (providerID string, err error)
 }
+
+// Looker is a Sender that can tell whether it already holds a message from
+// an earlier attempt of the same reminder whose outcome is unknown, so the
+// worker can record it delivered instead of sending it again. A provider
+// that does not deduplicate (Twilio) needs this to keep "once per logical
+// reminder"; for one that does it is a cheap confirmation.
+type Looker interface {
+	Sender
+	// Lookup searches for a message of msg's reminder left by one of
+	// msg.Earlier and returns its provider id. It returns an error wrapping
+	// ErrNotFound when there is none, a permanent *Error when the provider
+	// took the message and then refused it for good (the reminder fails
+	// without another send), and any other error when it could not tell
+	// (the caller must neither send nor conclude).
+	Lookup(ctx context.Context, msg Message) (providerID string, err error)
+}
+
+// ErrNotFound means a Lookup found no message: the earlier attempts did not
+// reach the provider, and sending is safe.
+var ErrNotFound = errors.New("no such message at the provider")
 
 // Kind classifies a failed send.
 type Kind int
@@ -98,7 +146,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // Outcome is what an attempt that failed with e came to: permanent, not
 // sent (the gate refused it: CodeNotStarted), or retryable with the answer
 // known (the provider said "not now") or unknown (no answer came, it may
-// have accepted: codes "timeout", "network", "canceled" and "unknown"). A reminder that ends undelivered after an
+// have accepted: codes "timeout", "network", "canceled", "unknown", and
+// "bad_response" for an acceptance whose body could not be read). A reminder that ends undelivered after an
 // unknown outcome says so.
 func (e *Error) Outcome() reminder.Outcome {
 	switch {
@@ -106,7 +155,8 @@ func (e *Error) Outcome() reminder.Outcome {
 		return reminder.OutcomePermanent
 	case e.Code == CodeNotStarted:
 		return reminder.OutcomeNotSent
-	case e.Code == "timeout" || e.Code == "network" || e.Code == "canceled" || e.Code == "unknown":
+	case e.Code == "timeout" || e.Code == "network" || e.Code == "canceled" || e.Code == "unknown" ||
+		e.Code == "bad_response":
 		return reminder.OutcomeUnknown
 	}
 	return reminder.OutcomeRetryable

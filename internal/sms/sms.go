@@ -5,9 +5,13 @@
 // response onto provider.Error. Timeouts, 429 and 5xx are retryable because
 // the send may succeed later; other 4xx are permanent because repeating the
 // same request cannot fix it. A timeout leaves the outcome unknown (the
-// provider may have accepted), which is safe to retry only because every
-// attempt of a reminder carries the same Idempotency-Key and the provider
-// deduplicates on it.
+// provider may have accepted). The generic API (Client) deduplicates on the
+// Idempotency-Key every attempt of a reminder carries; Twilio's
+// (TwilioClient, twilio.go) does not, so both adapters are also
+// provider.Lookers: the worker asks the provider for an earlier attempt's
+// message before it sends again, and records the reminder delivered when it
+// is there. suite_test.go runs both through one behavioural suite against
+// the fake provider (internal/fakesms).
 //
 // Message text is rendered here from text/template files named
 // <name>.sms.tmpl, so a template error is found before anything is sent and
@@ -26,6 +30,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -102,7 +107,7 @@ type Client struct {
 	now       func() time.Time
 }
 
-var _ provider.Sender = (*Client)(nil)
+var _ provider.Looker = (*Client)(nil)
 
 // New validates cfg and returns a Client. Errors name the offending field and
 // wrap ErrInvalidConfig.
@@ -198,15 +203,9 @@ type acceptance struct {
 //   - "bad_response": a 2xx without a readable id (retryable: the retry is
 //     deduplicated and returns the id).
 func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error) {
-	if msg.Recipient == "" {
-		return "", provider.PermanentError("message", fmt.Errorf("sending reminder %d by sms: no recipient", msg.ReminderID))
-	}
-	if msg.IdempotencyKey == "" {
-		return "", provider.PermanentError("message", fmt.Errorf("sending reminder %d by sms: empty idempotency key", msg.ReminderID))
-	}
-	text, err := c.templates.Render(msg.Template, templateData(msg))
+	text, err := render(c.templates, msg, "sms")
 	if err != nil {
-		return "", provider.PermanentError("template", fmt.Errorf("sending reminder %d by sms: %w", msg.ReminderID, err))
+		return "", err
 	}
 	payload, err := json.Marshal(request{
 		To:        msg.Recipient,
@@ -252,6 +251,45 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 	return c.interpret(resp, body)
 }
 
+// Lookup asks the provider for the message accepted under msg's idempotency
+// key: GET URL/v1/messages/{key}. The provider deduplicates, so a retry is
+// safe without it; the worker asks anyway before retrying an attempt whose
+// outcome is unknown, and before letting such a reminder expire, so the
+// record says delivered when the recipient got the message. Errors: one
+// wrapping provider.ErrNotFound on 404, a retryable *provider.Error when the
+// provider could not answer.
+func (c *Client) Lookup(ctx context.Context, msg provider.Message) (string, error) {
+	if msg.IdempotencyKey == "" {
+		return "", provider.PermanentError("message", fmt.Errorf("looking up reminder %d by sms: empty idempotency key", msg.ReminderID))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	u, err := url.JoinPath(c.endpoint, url.PathEscape(msg.IdempotencyKey))
+	if err != nil {
+		return "", provider.PermanentError("message", fmt.Errorf("building sms lookup url: %w", err))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", provider.PermanentError("message", fmt.Errorf("building sms lookup: %w", err))
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", transportError(fmt.Sprintf("looking up reminder %d by sms", msg.ReminderID), err)
+	}
+	body, err := readBody(resp.Body)
+	if err != nil {
+		return "", transportError(fmt.Sprintf("reading sms lookup response (status %d)", resp.StatusCode), err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return "", fmt.Errorf("looking up reminder %d by sms: %w", msg.ReminderID, provider.ErrNotFound)
+	}
+	return c.interpret(resp, body)
+}
+
 // interpret maps a complete response onto an id or a *provider.Error.
 func (c *Client) interpret(resp *http.Response, body []byte) (string, error) {
 	status := resp.StatusCode
@@ -276,6 +314,24 @@ func (c *Client) interpret(resp *http.Response, body []byte) (string, error) {
 	default:
 		return "", provider.RetryableError(code, 0, statusError(status, body))
 	}
+}
+
+// render checks what every adapter needs of msg and renders its body:
+// errors are permanent *provider.Error ("message" or "template"), since
+// nothing was sent and nothing would change on a retry. via names the
+// adapter in them.
+func render(t *Templates, msg provider.Message, via string) (string, error) {
+	if msg.Recipient == "" {
+		return "", provider.PermanentError("message", fmt.Errorf("sending reminder %d by %s: no recipient", msg.ReminderID, via))
+	}
+	if msg.IdempotencyKey == "" {
+		return "", provider.PermanentError("message", fmt.Errorf("sending reminder %d by %s: empty idempotency key", msg.ReminderID, via))
+	}
+	text, err := t.Render(msg.Template, templateData(msg))
+	if err != nil {
+		return "", provider.PermanentError("template", fmt.Errorf("sending reminder %d by %s: %w", msg.ReminderID, via, err))
+	}
+	return text, nil
 }
 
 // transportError classifies a failure to complete the HTTP exchange. All are

@@ -240,7 +240,8 @@ SELECT channel, count(*), count(*) FILTER (WHERE old_state = 'sending') FROM upd
 -- (pkg/reminder decides the state from the code): expired when the deadline
 -- is reached (with @deadline_reached, only rows at or past it) or no capacity
 -- is left before it, quarantined when the message keeps failing its
--- consumer (an operator replays or expires it). A reminder that ends expired
+-- consumer (an operator replays or expires it), delivered when the provider
+-- turns out to hold an earlier attempt's message. A reminder that ends expired
 -- after an attempt nobody learned the outcome of says so. A Store bound to a
 -- channel (@channel not empty: a worker's) moves only rows of that channel.
 WITH m AS (
@@ -250,7 +251,7 @@ WITH m AS (
 ), upd AS (
     UPDATE reminders r
        SET state = @state::text, fence = r.fence + 1, lease_until = NULL, updated_at = @now,
-           finished_at = CASE WHEN @state::text = 'expired' THEN @now::timestamptz END,
+           finished_at = CASE WHEN @state::text IN ('expired', 'delivered') THEN @now::timestamptz END,
            reason = @reason::text || CASE WHEN @state::text = 'expired' AND nudge_outcome_unknown(r.id)
                                           THEN '; an earlier attempt''s outcome is unknown' ELSE '' END
       FROM cur
@@ -374,3 +375,16 @@ UPDATE reminders r
   FROM m
  WHERE r.id = m.id AND r.fence = m.fence AND (r.state IN ('enqueued', 'retrying')) IS TRUE
 RETURNING r.id;
+
+-- name: UnknownAttempts
+-- The attempts of the given reminders, other than the given attempts (the
+-- ones in hand), whose outcome is unknown (as nudge_outcome_unknown, schema
+-- version 9, judges): the provider may hold their message, so the worker asks
+-- it before sending again or letting the reminder expire.
+SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at
+  FROM delivery_attempts a
+ WHERE a.reminder_id = ANY(@ids::bigint[]) AND a.id <> ALL(@except::bigint[])
+   AND (a.outcome IS NULL
+     OR a.result = 'unknown'
+     OR (a.result IS NULL AND a.outcome = 'retryable' AND a.error ~ '\((timeout|network|unknown|canceled)\)'))
+ ORDER BY a.reminder_id, a.id;

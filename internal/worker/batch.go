@@ -7,6 +7,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/store"
 )
 
@@ -41,6 +42,9 @@ type item struct {
 	claimedAt time.Time
 	// sendAt is the send slot the rate limiter reserved (zero: at once).
 	sendAt time.Time
+	// earlier are the reminder's earlier attempts of unknown outcome, which
+	// the provider is asked about before this one sends (lookup.go).
+	earlier []provider.Earlier
 }
 
 // process takes a batch from message to acknowledgement. Fresh deliveries

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,8 @@ type fakeStore struct {
 	fail     error // every call fails with it
 	attempts int64
 	outcomes []store.Outcome
+	// unknown are attempts of unknown outcome, by reminder (lookup_test.go).
+	unknown map[int64][]store.UnknownAttempt
 }
 
 var errNotFaked = errors.New("not in this fake")
@@ -117,6 +120,27 @@ func (s *fakeStore) RecordOutcomes(_ context.Context, _ time.Time, os []store.Ou
 		}
 	}
 	return moved, nil
+}
+
+func (s *fakeStore) UnknownAttempts(_ context.Context, ids, except []int64) (map[int64][]store.UnknownAttempt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	out := map[int64][]store.UnknownAttempt{}
+	for _, id := range ids {
+		for _, a := range s.unknown[id] {
+			if !slices.Contains(except, a.AttemptID) {
+				out[id] = append(out[id], a)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeStore) FoundAtProvider(_ context.Context, _ time.Time, fs []store.Fenced, _, _ string) (map[int64]bool, error) {
+	return s.move(fs, reminder.Delivered)
 }
 
 func (s *fakeStore) state(id int64) reminder.State {

@@ -47,7 +47,7 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 			w.apply(ctx, it, v, now)
 		}
 	}
-	w.expire(ctx, now, toExpire)
+	w.expire(ctx, now, w.foundBeforeExpiry(ctx, now, toExpire))
 	toClaim = w.admit(ctx, toClaim)
 	if len(toClaim) == 0 {
 		return
@@ -110,7 +110,7 @@ func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*i
 			w.apply(ctx, it, v, now)
 		}
 	}
-	w.expire(ctx, now, toExpire)
+	w.expire(ctx, now, w.foundBeforeExpiry(ctx, now, toExpire))
 	return w.sendClaimed(ctx, sending, now)
 }
 

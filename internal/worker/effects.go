@@ -30,6 +30,12 @@ type Store interface {
 	Quarantine(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
 	// RecordOutcomes records attempts' outcomes under their attempt fences.
 	RecordOutcomes(ctx context.Context, now time.Time, os []store.Outcome, actor string) (map[int64]bool, error)
+	// UnknownAttempts reads the reminders' attempts of unknown outcome,
+	// other than the attempts except.
+	UnknownAttempts(ctx context.Context, ids, except []int64) (map[int64][]store.UnknownAttempt, error)
+	// FoundAtProvider records waiting reminders delivered: the provider
+	// holds an earlier attempt's message.
+	FoundAtProvider(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
 }
 
 var _ Store = (*store.Store)(nil)

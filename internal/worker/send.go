@@ -10,7 +10,6 @@ import (
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/faults"
 	"github.com/nudgehq/nudge/internal/metrics"
-	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -35,6 +34,9 @@ func (w *Worker) sendClaimed(ctx context.Context, sending []*item, now time.Time
 // sendAndRecord sends claimed attempts (each at its slot, if it has one),
 // records their outcomes in one statement and hands retries to their tier.
 func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
+	if !w.readUnknown(ctx, sending) {
+		return // nothing sent: the send leases expire and the reconciler retries
+	}
 	var wg sync.WaitGroup
 	for _, it := range sending {
 		wg.Go(func() { w.send(ctx, it) })
@@ -124,6 +126,13 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		w.decided(it, v, "")
 		return
 	}
+	// An earlier attempt whose outcome is unknown is looked up at the
+	// provider first: found, nothing is sent again.
+	msg := w.message(it, it.earlier)
+	if v, id := w.beforeResend(ctx, it, msg); v.kind != kindSend {
+		w.decided(it, v, id) // found at the provider, or it could not tell: not sent
+		return
+	}
 	// The call is bounded by the deadline as well as by SendTimeout: the
 	// provider answers before the deadline or the call is cut (on the
 	// worker's clock: the bound is the time left, not a wall-clock instant).
@@ -145,11 +154,8 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		return nil
 	}
 	started := w.clock.Now()
-	id, err := w.sender.Send(sctx, provider.Message{
-		ReminderID: it.row.ID, IdempotencyKey: it.row.IdempotencyKey, Tenant: it.row.Tenant,
-		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
-		Gate: gate,
-	})
+	msg.Gate = gate
+	id, err := w.sender.Send(sctx, msg)
 	now := w.clock.Now()
 	if v := refused.Load(); v != nil && err != nil {
 		w.decided(it, *v, "") // nothing left for the provider
@@ -159,8 +165,12 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		started = time.Unix(0, o)
 	}
 	w.latency.record(now.Sub(started))
-	policy := retryPolicy{maxAttempts: w.cfg.MaxAttempts, base: w.cfg.BackoffBase, max: w.cfg.BackoffMax, topo: w.topo}
-	w.decided(it, onAnswer(err, it.att.Number, now, it.row.Deadline, policy, w.rand()), id)
+	v := onAnswer(err, it.att.Number, now, it.row.Deadline, w.policy(), w.rand())
+	v, found := w.settleUnknown(ctx, it, msg, v)
+	if found != "" {
+		id = found
+	}
+	w.decided(it, v, id)
 }
 
 // mayStart decides whether it's send may start now: the checks of the last

@@ -43,6 +43,16 @@ type bundle struct {
 // setup starts the worker; wrap, if given, decorates its sender (to plant a bug).
 func setup(t *testing.T, cfg worker.Config, wrap ...func(provider.Sender) provider.Sender) *bundle {
 	t.Helper()
+	return setupWith(t, cfg, func(url string) provider.Sender {
+		client, err := sms.New(sms.Config{URL: url, Timeout: 5 * time.Second})
+		require.NoError(t, err)
+		return client
+	}, wrap...)
+}
+
+// setupWith is setup with the sender newSender builds for the fake's URL.
+func setupWith(t *testing.T, cfg worker.Config, newSender func(url string) provider.Sender, wrap ...func(provider.Sender) provider.Sender) *bundle {
+	t.Helper()
 	b := &bundle{db: testenv.Postgres(t), sms: fakesms.New(), clock: &clock.Shifted{}}
 	b.mq = testenv.RabbitMQ(t)
 	b.st = store.New(b.db.Pool)
@@ -55,8 +65,6 @@ func setup(t *testing.T, cfg worker.Config, wrap ...func(provider.Sender) provid
 	b.log = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	hs := httptest.NewServer(b.sms)
 	t.Cleanup(hs.Close)
-	client, err := sms.New(sms.Config{URL: hs.URL, Timeout: 5 * time.Second})
-	require.NoError(t, err)
 
 	b.disp = &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
 		Store: b.st, Publisher: broker.NewPublisher(b.mq.URL, b.mq.Topology, "dispatcher"), Keys: b.keys,
@@ -70,7 +78,7 @@ func setup(t *testing.T, cfg worker.Config, wrap ...func(provider.Sender) provid
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase = 100 * time.Millisecond
 	}
-	var sender provider.Sender = client
+	sender := newSender(hs.URL)
 	for _, wr := range wrap {
 		sender = wr(sender)
 	}
@@ -194,13 +202,36 @@ func TestTimeoutAfterAcceptIsDeliveredOnce(t *testing.T) {
 	require.NoError(t, b.sms.SetConfig(fakesms.Config{Stall: 2 * time.Second, Script: []fakesms.Outcome{fakesms.TimeoutAfterAccept}}))
 	id := b.schedule(t, "k", time.Hour)
 	b.dispatch(t)
+	requireFoundAtProvider(t, b, id)
+}
+
+// Twilio does not deduplicate: only the lookup keeps the second attempt
+// from sending a second text.
+func TestTwilioTimeoutAfterAcceptIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, worker.Config{SendTimeout: 300 * time.Millisecond}, func(url string) provider.Sender {
+		c, err := sms.NewTwilio(sms.TwilioConfig{URL: url, AccountSID: "AC1", AuthToken: "t", From: "+15005550006"})
+		require.NoError(t, err)
+		return c
+	})
+	require.NoError(t, b.sms.SetConfig(fakesms.Config{Stall: 2 * time.Second, Script: []fakesms.Outcome{fakesms.TimeoutAfterAccept}}))
+	id := b.schedule(t, "k", time.Hour)
+	b.dispatch(t)
+	requireFoundAtProvider(t, b, id)
+	require.Equal(t, fakesms.APITwilio, b.sms.Messages()[0].API)
+}
+
+// requireFoundAtProvider waits for reminder id, whose first attempt timed
+// out after the fake accepted it, and checks that the second attempt asked
+// the provider, found the message and sent nothing.
+func requireFoundAtProvider(t *testing.T, b *bundle, id int64) {
+	t.Helper()
 	r := b.waitState(t, id, reminder.Delivered)
-	require.Equal(t, 2, r.Attempts, "the timed-out attempt is retried with the same idempotency key")
-	require.Len(t, b.sms.Messages(), 1, "the provider deduplicated the retry: one message reached the phone")
-	atts := b.sms.Attempts()
-	require.Len(t, atts, 2)
-	require.Equal(t, atts[0].IdempotencyKey, atts[1].IdempotencyKey)
-	require.True(t, atts[1].Duplicate)
+	require.Equal(t, 2, r.Attempts, "the timed-out attempt is followed by one that asks the provider first")
+	require.Contains(t, r.Reason, "found at the provider")
+	require.Len(t, b.sms.Messages(), 1, "one message reached the phone")
+	require.Len(t, b.sms.Attempts(), 1, "the lookup found it: nothing was sent again")
+	require.Equal(t, 1, b.sms.Stats().Lookups)
 }
 
 func TestAttemptLimitEndsFailed(t *testing.T) {

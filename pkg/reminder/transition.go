@@ -61,6 +61,10 @@ const (
 	CodeAttemptsExhausted   Code = "attempts_exhausted"
 	CodeDeadlineBeforeRetry Code = "deadline_before_retry"
 	CodeSendPanicked        Code = "send_panicked"
+	// CodeFoundAtProvider: an earlier attempt whose outcome was unknown is
+	// found at the provider (a lookup), so the reminder is delivered
+	// without another send.
+	CodeFoundAtProvider Code = "found_at_provider"
 
 	CodeDeadlinePassed       Code = "deadline_passed"
 	CodeDispatchLeaseExpired Code = "dispatch_lease_expired"
@@ -175,7 +179,11 @@ var Transitions = slices.Concat(
 			Doc: "the send slot was missed and no capacity is left before the deadline (nothing sent)"},
 		{From: Sending, To: Quarantined, Actor: Worker, Code: CodeSendPanicked, Statement: "RecordOutcomes",
 			Doc: "the send panicked: parked for an operator"},
+		{From: Sending, To: Delivered, Actor: Worker, Code: CodeFoundAtProvider, Statement: "RecordOutcomes",
+			Doc: "an earlier attempt's outcome was unknown and the provider has its message: not sent again"},
 	},
+	each(claimable, Transition{To: Delivered, Actor: Worker, Code: CodeFoundAtProvider, Statement: "SettleQueued",
+		Doc: "the deadline is reached, and the provider has the message of an earlier attempt whose outcome was unknown (FoundAtProvider)"}),
 	each(append(slices.Clone(open), Sending), Transition{To: Expired, Actor: Reconciler, Code: CodeDeadlinePassed,
 		Statement: "ExpireOverdue", Doc: "at or past the deadline (sending only once its send lease expired)"}),
 	each([]State{Leased, Enqueued}, Transition{To: Pending, Actor: Reconciler, Code: CodeDispatchLeaseExpired,

@@ -1,0 +1,95 @@
+package e2e_test
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/fakesms"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// The Twilio adapter in real sms-worker processes, against fake-sms speaking
+// Twilio's API: Twilio does not deduplicate, so these count creates.
+
+func (f *procFleet) twilioEnv(extra ...string) []string {
+	return f.env(append([]string{
+		"NUDGE_SMS_API=twilio", "NUDGE_TWILIO_URL=" + f.smsURL,
+		"NUDGE_TWILIO_ACCOUNT_SID=AC00000000000000000000000000000e2e", "NUDGE_TWILIO_AUTH_TOKEN=e2e-token",
+		"NUDGE_TWILIO_FROM=+15005550006",
+	}, extra...)...)
+}
+
+// Inventory: the provider accepted, and the worker is killed while it waits
+// for the answer (a timeout after accept, cut short by SIGKILL). The next
+// worker asks Twilio before sending again, finds the message and records
+// the reminder delivered: one text reached the phone.
+func TestTwilioWorkerKilledWhileTheProviderHoldsTheAnswer(t *testing.T) {
+	t.Parallel()
+	f := newProcFleet(t, false)
+	// Accept, then hold the answer until the client goes away.
+	require.NoError(t, f.sms.SetConfig(fakesms.Config{Script: []fakesms.Outcome{fakesms.TimeoutAfterAccept}}))
+	ids := f.schedule(t, reminder.SMS, 1)
+	f.runOK(t, "dispatcher")
+
+	w := f.start(t, "sms-worker", f.twilioEnv(), "--send-lease", "2s", "--send-timeout", "1m")
+	require.Eventually(t, func() bool { return len(f.sms.Messages()) == 1 }, 30*time.Second, 20*time.Millisecond,
+		"the provider accepts the first attempt")
+	require.NoError(t, w.Signal(syscall.SIGKILL))
+	_, sig := w.Wait(t, 10*time.Second)
+	require.Equal(t, syscall.SIGKILL, sig)
+	require.Equal(t, reminder.Sending, f.get(t, ids[0]).State, "killed inside the window: nothing recorded")
+
+	f.start(t, "reconciler", f.env(), "--every", "300ms")
+	w2 := f.start(t, "sms-worker", f.twilioEnv())
+	f.waitAll(t, ids, reminder.Delivered)
+	stop(t, w2)
+
+	st := f.sms.Stats()
+	require.Equal(t, 1, st.Attempts, "one create reached Twilio: the second attempt looked it up instead")
+	require.Equal(t, 1, st.Accepted, "one message reached the phone")
+	require.GreaterOrEqual(t, st.Lookups, 1)
+	require.Equal(t, []string{"", "delivered"}, f.attemptOutcomes(t, ids[0]), "the killed attempt stays unknown")
+	require.Contains(t, f.reasons(t, ids[0]), "found at the provider")
+}
+
+// 429 with Retry-After and 503 are retried, 21211 (an invalid number) fails
+// the reminder at once, through real processes.
+func TestTwilioRetryableAndPermanentAnswers(t *testing.T) {
+	t.Parallel()
+	f := newProcFleet(t, false)
+	require.NoError(t, f.sms.SetConfig(fakesms.Config{RetryAfterSeconds: 1, Script: []fakesms.Outcome{"429", "503", "400"}}))
+	ids := f.schedule(t, reminder.SMS, 3)
+	f.runOK(t, "dispatcher")
+	w := f.start(t, "sms-worker", f.twilioEnv(), "--batch", "1", "--concurrency", "1")
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if !f.get(t, id).State.Terminal() {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond)
+	stop(t, w)
+
+	var failed []string
+	delivered := 0
+	for _, id := range ids {
+		switch r := f.get(t, id); r.State {
+		case reminder.Failed:
+			failed = append(failed, r.Reason)
+		case reminder.Delivered:
+			delivered++
+		}
+	}
+	require.Equal(t, 2, delivered)
+	require.Len(t, failed, 1)
+	require.True(t, strings.Contains(failed[0], "twilio_21211"), "reason %q", failed[0])
+	st := f.sms.Stats()
+	require.Equal(t, 2, st.Accepted)
+	require.Equal(t, 5, st.Attempts, "three first attempts and two retries")
+	require.Equal(t, map[int]int{429: 1, 503: 1, 400: 1, 201: 2}, st.ByStatus)
+}
