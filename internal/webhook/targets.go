@@ -48,8 +48,12 @@ type Tenant struct {
 	networks []netip.Prefix
 }
 
-// ErrInvalidTargets is wrapped by every error of ParseTargets and LoadTargets.
-var ErrInvalidTargets = errors.New("invalid webhook targets")
+var (
+	// ErrInvalidTargets is wrapped by every error of ParseTargets and LoadTargets.
+	ErrInvalidTargets = errors.New("invalid webhook targets")
+	// ErrNoTargets: the worker was started without a targets file.
+	ErrNoTargets = errors.New("--targets is required: the file that says which hosts each tenant's webhooks may reach")
+)
 
 // LoadTargets reads and validates the targets file at path.
 func LoadTargets(path string) (*Targets, error) {
