@@ -26,7 +26,7 @@ func ParseSecrets(spec string) ([]Secret, error) {
 		return nil, fmt.Errorf("%w: no webhook secrets: want KID:SECRET[,KID:SECRET…]", ErrInvalidConfig)
 	}
 	if err := config.CheckSigningKeys(spec); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: webhook secrets: %w", ErrInvalidConfig, err)
 	}
 	var out []Secret
 	for part := range strings.SplitSeq(spec, ",") {
