@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # One image holds every Nudge binary (dispatcher, email-worker, sms-worker,
-# reconciler, nudgectl, fake-sms) in /usr/local/bin; each service picks its
+# webhook-worker, reconciler, nudgectl, fake-sms) in /usr/local/bin; each service picks its
 # command. Build:
 #
 #   docker build --build-arg VERSION=$(git describe --tags --always) -t nudge:dev .

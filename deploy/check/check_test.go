@@ -100,7 +100,7 @@ func checkRendered(overlay string, objs []any) []error {
 			errs = append(errs, CheckRules(v)...)
 		case *appsv1.Deployment:
 			count["Deployment"]++
-			if v.Spec.Replicas != nil && slices.Contains([]string{"nudge-email-worker", "nudge-sms-worker"}, v.Name) && overlay == "example" {
+			if v.Spec.Replicas != nil && slices.Contains([]string{"nudge-email-worker", "nudge-sms-worker", "nudge-webhook-worker"}, v.Name) && overlay == "example" {
 				errs = append(errs, fmt.Errorf("Deployment %s keeps replicas %d although KEDA scales it: the autoscaling component's patch did not apply", v.Name, *v.Spec.Replicas))
 			}
 			for _, c := range v.Spec.Template.Spec.Containers {
@@ -115,7 +115,7 @@ func checkRendered(overlay string, objs []any) []error {
 	}
 	if overlay == "example" {
 		for _, kind := range []string{"ScaledObject", "ServiceMonitor", "PrometheusRule", "Deployment"} {
-			want := map[string]int{"ScaledObject": 2, "ServiceMonitor": 3, "PrometheusRule": 1, "Deployment": 3}[kind]
+			want := map[string]int{"ScaledObject": 3, "ServiceMonitor": 4, "PrometheusRule": 1, "Deployment": 4}[kind]
 			if count[kind] != want {
 				errs = append(errs, fmt.Errorf("the example overlay renders %d %s, want %d", count[kind], kind, want))
 			}

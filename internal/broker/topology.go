@@ -30,13 +30,16 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // Topology names and shapes the exchanges and queues.
 type Topology struct {
 	// Prefix starts every exchange and queue name. Zero value: "nudge".
 	Prefix string
-	// Channels are the routing keys with a work queue each. Zero value: email, sms.
+	// Channels are the routing keys with a work queue each. Zero value:
+	// every channel of reminder.Channels (email, sms, webhook).
 	Channels []string
 	// DeliveryLimit is x-delivery-limit on work queues: a message delivered
 	// more than this many times (crash loops, channel closes) is dead-lettered
@@ -86,7 +89,9 @@ func (t Topology) WithDefaults() Topology {
 		t.Prefix = DefaultPrefix
 	}
 	if len(t.Channels) == 0 {
-		t.Channels = []string{"email", "sms"}
+		for _, c := range reminder.Channels {
+			t.Channels = append(t.Channels, string(c))
+		}
 	}
 	if t.DeliveryLimit == 0 {
 		t.DeliveryLimit = 10

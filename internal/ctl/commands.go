@@ -131,7 +131,7 @@ func scheduleCmd(connect connector) *cobra.Command {
 		Long: `schedule records reminder intent, idempotently on (tenant, key): repeating a reminder with
 the same content returns the existing one; the same key with different content is refused.
 
-With -f, each line is a JSON object with the fields tenant, key, channel ("email" or "sms"),
+With -f, each line is a JSON object with the fields tenant, key, channel ("email", "sms" or "webhook"),
 recipient, template, data (an object) and due_at and deadline (RFC 3339). Bad lines are
 reported with their line number, field and reason; good lines are still accepted. The
 exit status is 0 when every line was accepted, 2 when some were rejected.`,
@@ -177,7 +177,7 @@ exit status is 0 when every line was accepted, 2 when some were rejected.`,
 	f.StringVarP(&file, "file", "f", "", "JSON Lines file of reminders (- reads standard input)")
 	f.StringVar(&tenant, "tenant", "", "tenant owning the reminder")
 	f.StringVar(&key, "key", "", "logical key, unique per tenant")
-	f.StringVar(&channel, "channel", "", `"email" or "sms"`)
+	f.StringVar(&channel, "channel", "", `"email", "sms" or "webhook"`)
 	f.StringVar(&recipient, "recipient", "", "email address or E.164 phone number")
 	f.StringVar(&template, "template", "", "template name")
 	f.StringVar(&dataStr, "data", "", "template data, a JSON object")

@@ -277,7 +277,7 @@ func TestScheduleStdin(t *testing.T) {
 	res := b.runIn(in, "schedule", "-f", "-")
 	requireExitCode(t, res.err, 2)
 	require.Equal(t, summary{lines: 4, created: 2, rejected: 1}, parseSummary(t, res.stdout))
-	require.Equal(t, []string{`line 3: field "channel" must be "email" or "sms"`}, rejections(res.stderr))
+	require.Equal(t, []string{`line 3: field "channel" must be "email", "sms" or "webhook"`}, rejections(res.stderr))
 	require.Equal(t, 2, countRows(t, b.db.Pool, ""))
 }
 
@@ -415,7 +415,7 @@ func TestScheduleFlags(t *testing.T) {
 		{"bad deadline", []string{"--deadline", "2026-08-12"}, `--deadline must be an RFC 3339 time`},
 		{"no due-at", []string{"--due-at", "-"}, "--due-at is required"},
 		{"bad phone", []string{"--channel", "sms", "--recipient", "555-1234"}, "--recipient must be an E.164 phone number"},
-		{"bad channel", []string{"--channel", "fax"}, `--channel must be "email" or "sms"`},
+		{"bad channel", []string{"--channel", "fax"}, `--channel must be "email", "sms" or "webhook"`},
 		{"no tenant", []string{"--tenant", "-"}, "--tenant is required"},
 		{"bad template", []string{"--template", "Course Expiry"}, "--template must be a template name"},
 		{"data array", []string{"--data", "[1,2]"}, "--data must be a JSON object"},

@@ -96,9 +96,9 @@ func parseChannel(s string) (reminder.Channel, error) {
 	c := reminder.Channel(strings.ToLower(strings.TrimSpace(s)))
 	if !c.Valid() {
 		if s == "" {
-			return "", usage(errors.New(`--channel is required: "email" or "sms"`))
+			return "", usage(errors.New(`--channel is required: "email", "sms" or "webhook"`))
 		}
-		return "", fmt.Errorf(`--channel %q: want "email" or "sms"`, s)
+		return "", fmt.Errorf(`--channel %q: want "email", "sms" or "webhook"`, s)
 	}
 	return c, nil
 }
@@ -119,7 +119,7 @@ record commit first, then the message is acknowledged; every other message goes 
 	}
 	pf := cmd.PersistentFlags()
 	bf.register(pf)
-	pf.StringVar(&channel, "channel", "", `"email" or "sms" (required)`)
+	pf.StringVar(&channel, "channel", "", `"email", "sms" or "webhook" (required)`)
 
 	// read opens the database and reads the queue with its rows loaded.
 	read := func(cmd *cobra.Command) (*dlqSession, error) {

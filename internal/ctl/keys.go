@@ -31,7 +31,7 @@ store rather than a terminal log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !reminder.Channel(channel).Valid() {
-				return fmt.Errorf("--channel %q: want email or sms", channel)
+				return fmt.Errorf("--channel %q: want email, sms or webhook", channel)
 			}
 			if signingKeys == "" {
 				return errors.New("--signing-keys (or NUDGE_SIGNING_KEYS) is required: the root keys, KID:SECRET[,KID:SECRET...]")
@@ -52,7 +52,7 @@ store rather than a terminal log.`,
 		},
 	}
 	derive.Flags().StringVar(&signingKeys, "signing-keys", "", "the root signing keys, KID:SECRET[,KID:SECRET...]")
-	derive.Flags().StringVar(&channel, "channel", "", "the worker's channel: email or sms")
+	derive.Flags().StringVar(&channel, "channel", "", "the worker's channel: email, sms or webhook")
 	cmd.AddCommand(derive)
 	return cmd
 }

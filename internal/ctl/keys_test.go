@@ -36,7 +36,7 @@ func TestKeysDerive(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--channel", "fax"}, `--channel "fax": want email or sms`},
+		{[]string{"--channel", "fax"}, `--channel "fax": want email, sms or webhook`},
 		{[]string{"--channel", "sms", "--signing-keys", "k1:short"}, "at least 16 bytes"},
 		{[]string{"--channel", "sms", "--signing-keys", want}, "channel keys only"},
 	} {

@@ -349,7 +349,7 @@ func TestStatsCommand(t *testing.T) {
 	require.Equal(t, int64(3), table["all"]["total"])
 	require.Regexp(t, `oldest due, pending \(dispatcher\)\s+3m\d+s`, res.stdout)
 	require.Regexp(t, `deadline misses \(expired\)\s+email 1 last hour, 1 last day; sms 0 last hour, 0 last day`, res.stdout)
-	require.Regexp(t, `dead-letter queues\s+email 2, sms 0 messages`, res.stdout)
+	require.Regexp(t, `dead-letter queues\s+email 2, sms 0, webhook 0 messages`, res.stdout)
 	require.Regexp(t, `(?m)^\s*globex\s+0\s+0\s+0\s+0\s+0\s+0\s+1\s+0\s+0\s+0\s+1$`, res.stdout)
 	require.Regexp(t, `(?m)^\s*acme\s+1\s+0\s+0\s+0\s+0\s+0\s+0\s+0\s+1\s+0\s+2$`, res.stdout)
 	require.Equal(t, 2, len(b.queue(t, reminder.Email)), "stats only counts")
@@ -393,7 +393,7 @@ func TestOperatorSession(t *testing.T) {
 	require.Equal(t, ctl.ExitUnhealthy, ctl.ExitCode(stats.err), "no dispatcher runs")
 	require.Equal(t, int64(4), parseTable(t, stats.stdout)["sms"]["failed"])
 	require.Equal(t, int64(3), parseTable(t, stats.stdout)["email"]["quarantined"])
-	require.Regexp(t, `dead-letter queues\s+email 4, sms 0 messages`, stats.stdout)
+	require.Regexp(t, `dead-letter queues\s+email 4, sms 0, webhook 0 messages`, stats.stdout)
 
 	list := b.dlq("list", "--channel", "email")
 	require.NoError(t, list.err)

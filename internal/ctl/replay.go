@@ -113,7 +113,7 @@ whose payload the retention pass removed; the output says how many and which.`,
 	f.Int64SliceVar(&ids, "id", nil, "reminder IDs (repeatable, comma-separated)")
 	f.StringVar(&from, "from", "", "due at or after this time (RFC 3339, now, now-2h)")
 	f.StringVar(&to, "to", "", "due before this time (RFC 3339, now, now-2h)")
-	f.StringVar(&channel, "channel", "", `only this channel: "email" or "sms"`)
+	f.StringVar(&channel, "channel", "", `only this channel: "email", "sms" or "webhook"`)
 	f.StringVar(&tenant, "tenant", "", "only this tenant")
 	f.StringSliceVar(&states, "state", nil,
 		"only these states (default failed,quarantined,leased,enqueued,retrying; the last three only when stuck)")

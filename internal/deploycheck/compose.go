@@ -172,7 +172,7 @@ func checkCompose(file string, cs clis) []error {
 		}
 		// Every URL points at a service of this file, on a port it serves.
 		for _, flag := range slices.Sorted(maps.Keys(r.values)) {
-			if !strings.HasSuffix(flag, "-url") || !r.known[flag] || r.values[flag] == "" {
+			if !strings.HasSuffix(flag, "-url") || !r.known[flag] || r.values[flag] == "" || unusedURL(r, flag) {
 				continue
 			}
 			u, err := url.Parse(r.values[flag])
@@ -228,4 +228,18 @@ func checkCompose(file string, cs clis) []error {
 		}
 	}
 	return errs
+}
+
+// unusedURL reports whether flag is a provider URL that the binary's
+// settings leave unused: the sms-worker speaks one SMS API, and the other's
+// URL (its default, an external host) is never dialled.
+func unusedURL(r *resolved, flag string) bool {
+	api := r.values["sms-api"]
+	switch flag {
+	case "twilio-url":
+		return api != "twilio"
+	case "sms-url":
+		return r.known["sms-api"] && api == "twilio"
+	}
+	return false
 }

@@ -24,7 +24,7 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{Name: "unknown binary", Old: `["dispatcher",`, New: `["dispatch",`, Want: `"dispatch" is not a binary`},
 		{Name: "missing subcommand", Old: `["nudgectl", "migrate",`, New: `["nudgectl",`, Want: "nudgectl needs a subcommand"},
 		{Name: "nobody declares the topology", Old: `["nudgectl", "migrate", "--declare-topology"]`, New: `["nudgectl", "migrate"]`,
-			Want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker reconciler sms-worker] only check"},
+			Want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker reconciler sms-worker webhook-worker] only check"},
 		{Name: "declarer has no broker", Old: "      NUDGE_AMQP_URL: amqp://nudge:nudge@rabbitmq:5672/\n    depends_on:\n      postgres:", New: "    depends_on:\n      postgres:",
 			Want: "--amqp-url (from default) points at \"127.0.0.1\", which is not a service"},
 		{Name: "bad duration", Old: `"--every", "5s"`, New: `"--every", "5 seconds"`, Want: `--every (from --every) = "5 seconds"`},

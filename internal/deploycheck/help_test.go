@@ -7,7 +7,7 @@ import (
 
 func TestBinariesHelpIsUnderstood(t *testing.T) {
 	cs := binaries(t)
-	for _, want := range []string{"dispatcher", "email-worker", "sms-worker", "reconciler", "nudgectl", "fake-sms"} {
+	for _, want := range []string{"dispatcher", "email-worker", "sms-worker", "webhook-worker", "reconciler", "nudgectl", "fake-sms"} {
 		if cs[want] == nil {
 			t.Errorf("go build ./cmd/... did not build %s (built %v)", want, cs.names())
 		}

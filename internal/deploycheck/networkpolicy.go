@@ -23,6 +23,12 @@ var portFamilies = map[string][]int{
 	"sms-url":      {80, 443},
 }
 
+// targetFamilies are the ports a flag naming a file of targets may lead to:
+// the webhook worker's --targets lists the hosts tenants' requests go to
+// (http or https), so egress to them is allowed, and none is required (the
+// overlay's NetworkPolicy names the targets' addresses).
+var targetFamilies = map[string][]int{"targets": {80, 443}}
+
 // urlPort is the TCP port a URL flag's value connects to.
 func urlPort(flag, value string) (int, error) {
 	if flag == "smtp-url" {
@@ -140,6 +146,13 @@ func checkNetworkPolicies(objects []document, workloads []workload) []error {
 		// Egress: DNS, and the port of every URL the binary connects to.
 		need := map[portRule]string{{"UDP", "53"}: "DNS", {"TCP", "53"}: "DNS"}
 		family := map[portRule]bool{{"UDP", "53"}: true, {"TCP", "53"}: true}
+		for flag, ports := range targetFamilies {
+			if w.r.has(flag) {
+				for _, p := range ports {
+					family[portRule{"TCP", strconv.Itoa(p)}] = true
+				}
+			}
+		}
 		for flag, ports := range portFamilies {
 			if !w.r.has(flag) {
 				continue

@@ -79,6 +79,7 @@ const (
 	mqReconciler = "nudge-reconciler"
 	mqEmail      = "nudge-email-worker"
 	mqSMS        = "nudge-sms-worker"
+	mqWebhook    = "nudge-webhook-worker"
 	mqOperator   = "nudge-operator"
 	mqKEDA       = "nudge-keda"
 )
@@ -145,7 +146,7 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 		}
 		deny[mqMigrate] = append(deny[mqMigrate], access{"read", topo.DeadQueue(c), "dead letters are for operators"})
 	}
-	fleet := []string{mqDispatcher, mqReconciler, mqEmail, mqSMS}
+	fleet := []string{mqDispatcher, mqReconciler, mqEmail, mqSMS, mqWebhook}
 	all := append([]string{mqMigrate}, fleet...)
 	all = append(all, mqOperator, mqKEDA)
 	// Names outside the topology nobody may touch.
@@ -182,7 +183,7 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 			deny[u] = append(deny[u], access{"read", q, "publishes, never consumes"})
 		}
 	}
-	for u, own := range map[string]string{mqEmail: "email", mqSMS: "sms"} {
+	for u, own := range map[string]string{mqEmail: "email", mqSMS: "sms", mqWebhook: "webhook"} {
 		need[u] = append(need[u],
 			access{"read", topo.Queue(own), "consumes its channel's queue"},
 			access{"write", topo.RetryExchange(own), "publishes retries to its channel's retry tiers"},

@@ -24,6 +24,7 @@ import (
 	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
+	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
@@ -46,6 +47,7 @@ type fleet struct {
 	keys    *message.Keyring
 	log     zerolog.Logger
 	store   *store.Store
+	webhook provider.Sender // the webhook workers' sender, set by the test that runs them
 	workers []*worker.Worker
 	regs    []*prometheus.Registry
 }
@@ -108,6 +110,8 @@ func (f *fleet) startWorker(t *testing.T, ctx context.Context, ch reminder.Chann
 		c, serr := sms.New(sms.Config{URL: f.smsURL, Timeout: 5 * time.Second})
 		require.NoError(t, serr)
 		deps.Sender = c
+	case reminder.Webhook:
+		deps.Sender = f.webhook
 	}
 	reg := prometheus.NewRegistry()
 	deps.Metrics = metrics.New(reg)

@@ -189,7 +189,7 @@ type DLQRead struct {
 // until Close. The caller must Close it.
 func (d DLQ) Read(ctx context.Context, channel reminder.Channel) (*DLQRead, error) {
 	if !channel.Valid() {
-		return nil, fmt.Errorf(`--channel %q: want "email" or "sms"`, channel)
+		return nil, fmt.Errorf(`--channel %q: want "email", "sms" or "webhook"`, channel)
 	}
 	topo := d.Topology.WithDefaults()
 	maxMsgs := d.MaxMessages

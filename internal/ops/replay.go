@@ -162,7 +162,7 @@ func (sel ReplaySelection) validate() error {
 		return fmt.Errorf("--from %s is not before --to %s", sel.DueFrom.Format(time.RFC3339), sel.DueTo.Format(time.RFC3339))
 	}
 	if sel.Channel != "" && !sel.Channel.Valid() {
-		return fmt.Errorf(`--channel %q: want "email" or "sms"`, sel.Channel)
+		return fmt.Errorf(`--channel %q: want "email", "sms" or "webhook"`, sel.Channel)
 	}
 	for _, s := range sel.States {
 		if !slices.Contains(ReplayableStates, s) {

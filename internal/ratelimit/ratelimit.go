@@ -38,6 +38,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nudgehq/nudge/internal/pg"
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // Limit is a rate (tokens per second) and a burst (tokens available at once).
@@ -108,8 +109,8 @@ func (c Config) Validate() error {
 		return errors.New("rate limits: version is required")
 	}
 	for ch, cl := range c.Channels {
-		if ch != "email" && ch != "sms" {
-			return fmt.Errorf("rate limits: channels.%s: channel must be email or sms", ch)
+		if !reminder.Channel(ch).Valid() {
+			return fmt.Errorf("rate limits: channels.%s: channel must be email, sms or webhook", ch)
 		}
 		prefix := "channels." + ch
 		if cl.Account == "" {

@@ -40,6 +40,9 @@ func TestParseNamesTheOffendingKey(t *testing.T) {
 		"tenants":{"default":{"rate":20,"burst":5},"a":{"rate":5,"burst":1}}}}}`))
 	require.NoError(t, err)
 	require.Equal(t, "2026-11-30.1", c.Version)
+	_, err = ratelimit.Parse([]byte(`{"version":"1","channels":{"webhook":{"account":"apps","rate":100,"burst":20,
+		"tenants":{"edu":{"rate":10,"burst":5}}}}}`))
+	require.NoError(t, err, "the webhook channel has limits too: per tenant, its application's")
 }
 
 func TestReserveSlotsIsGCRAWithinTheHorizon(t *testing.T) {

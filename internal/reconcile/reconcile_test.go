@@ -282,7 +282,7 @@ func TestBacklogWithoutConsumerIsWaitingNotLost(t *testing.T) {
 		b.clock.Advance(30 * time.Second)
 		sum, err := b.rec.Pass(ctx)
 		require.NoError(t, err)
-		require.Equal(t, []string{"email", "sms"}, sum.Waiting, "email: no consumer; sms: a backlog and no consumer")
+		require.Equal(t, []string{"email", "sms", "webhook"}, sum.Waiting, "email, webhook: no consumer; sms: a backlog and no consumer")
 		require.Zero(t, sum.Quarantined)
 		republished += sum.Republished
 	}
@@ -310,7 +310,7 @@ func TestBacklogWithoutConsumerIsWaitingNotLost(t *testing.T) {
 	b.clock.Advance(2 * time.Minute)
 	sum, err := b.rec.Pass(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"email"}, sum.Waiting)
+	require.Equal(t, []string{"email", "webhook"}, sum.Waiting)
 	require.Equal(t, 4, sum.Republished)
 	for range 4 {
 		select {

@@ -30,7 +30,7 @@ func TestClaimForDeliveryOnlyOfItsChannel(t *testing.T) {
 	require.Equal(t, before, b.get(t, id), "the row is untouched")
 
 	_, _, err = b.st.ClaimForDelivery(ctx, now, "", []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "w")
-	require.ErrorContains(t, err, "must be email or sms", "a claim must name its channel")
+	require.ErrorContains(t, err, "must be email, sms or webhook", "a claim must name its channel")
 
 	_, claimed, err = b.st.ClaimForDelivery(ctx, now, reminder.Email, []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "email-worker")
 	require.NoError(t, err)

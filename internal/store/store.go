@@ -432,7 +432,7 @@ func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, l
 // own channel's work, whatever a message names.
 func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
 	if !channel.Valid() {
-		return nil, nil, fmt.Errorf("claiming reminders for delivery: channel %q: must be email or sms", channel)
+		return nil, nil, fmt.Errorf("claiming reminders for delivery: channel %q: must be email, sms or webhook", channel)
 	}
 	ids, fences := split(fs)
 	rows, err := s.pool.Query(ctx, query("ClaimForDelivery"), pgx.NamedArgs{

@@ -200,7 +200,7 @@ type Limiter interface {
 // New returns a worker; Run starts it.
 func New(cfg Config, d Deps) (*Worker, error) {
 	if !cfg.Channel.Valid() {
-		return nil, fmt.Errorf("worker channel %q: must be email or sms", cfg.Channel)
+		return nil, fmt.Errorf("worker channel %q: must be email, sms or webhook", cfg.Channel)
 	}
 	if d.Keys != nil && !d.Keys.CanSeal(string(cfg.Channel)) {
 		return nil, fmt.Errorf("worker channel %s: the signing key %q holds no key for it (a worker's keys come from `nudgectl keys derive --channel %s`)",

@@ -44,9 +44,11 @@ type Request struct {
 	// Key is the logical key, unique per tenant: it names one notification
 	// occurrence, e.g. "course-expiry:learner-42:course-7:2026-08-12". Required.
 	Key string `json:"key"`
-	// Channel is "email" or "sms".
+	// Channel is "email", "sms" or "webhook".
 	Channel reminder.Channel `json:"channel"`
-	// Recipient is an email address or an E.164 phone number.
+	// Recipient is an email address, an E.164 phone number, or a webhook's
+	// target URL (http or https; see docs/operations.md for the data a
+	// webhook takes: method and body).
 	Recipient string `json:"recipient"`
 	// Template names the message template rendered at send time.
 	Template string `json:"template"`

@@ -9,6 +9,7 @@ package reminder
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -60,13 +61,18 @@ type Channel string
 const (
 	Email Channel = "email"
 	SMS   Channel = "sms"
+	// Webhook is an HTTP request to an application (a cleanup job such as
+	// "DELETE https://app.internal/learners/42/drafts/7", or any callback):
+	// the recipient is the target URL, the template names the action, and
+	// the data may carry the method and a JSON body (docs/operations.md).
+	Webhook Channel = "webhook"
 )
 
 // Channels lists every channel.
-var Channels = []Channel{Email, SMS}
+var Channels = []Channel{Email, SMS, Webhook}
 
 // Valid reports whether c is a supported channel.
-func (c Channel) Valid() bool { return c == Email || c == SMS }
+func (c Channel) Valid() bool { return slices.Contains(Channels, c) }
 
 // Reminder is one row of the reminders table.
 type Reminder struct {
