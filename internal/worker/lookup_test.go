@@ -95,7 +95,7 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 	b.store.rows[4].Deadline = t0 // reached: found, so delivered rather than expired
 	b.store.rows[5].Deadline = at(500 * time.Millisecond)
 	b.w.cfg.DeadlineMargin = 100 * time.Millisecond // 5 may start: 500 ms before its deadline
-	b.store.unknown[5] = nil // its first attempt; this one times out just before the deadline
+	b.store.unknown[5] = nil                        // its first attempt; this one times out just before the deadline
 	b.sender.errs[5] = provider.RetryableError("timeout", 0, context.DeadlineExceeded)
 	b.store.rows[6].Deadline = t0 // reached, and not at the provider: expired
 	b.store.rows[6].Attempts = 1
