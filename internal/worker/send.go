@@ -122,6 +122,10 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		w.decided(it, v, "")
 		return
 	}
+	if v := onWindow(it.row.Window, it.row.Zone, w.clock.Now(), it.row.Deadline); v.kind != kindSend {
+		w.decided(it, v, "")
+		return
+	}
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
 	defer cancel()
 	id, err := w.sender.Send(sctx, provider.Message{

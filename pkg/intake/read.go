@@ -12,14 +12,22 @@ import (
 
 const reminderColumns = `id, tenant, key, channel, recipient, template, data, due_at, deadline,
 	idempotency_key, state, fence, lease_until, attempts, next_attempt_at, enqueued_at,
-	coalesce(last_error, ''), coalesce(reason, ''), created_at, updated_at, finished_at`
+	coalesce(last_error, ''), coalesce(reason, ''), created_at, updated_at, finished_at,
+	coalesce(tz, ''), requested_due_at,
+	(extract(epoch FROM window_open) / 60)::int, (extract(epoch FROM window_close) / 60)::int, window_days`
 
 // scanReminder reads a row selected with reminderColumns.
 func scanReminder(row pgx.Row) (reminder.Reminder, error) {
 	var r reminder.Reminder
+	var open, close, days *int32
 	err := row.Scan(&r.ID, &r.Tenant, &r.Key, &r.Channel, &r.Recipient, &r.Template, &r.Data, &r.DueAt,
 		&r.Deadline, &r.IdempotencyKey, &r.State, &r.Fence, &r.LeaseUntil, &r.Attempts, &r.NextAttemptAt,
-		&r.EnqueuedAt, &r.LastError, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt)
+		&r.EnqueuedAt, &r.LastError, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt,
+		&r.TZ, &r.RequestedDueAt, &open, &close, &days)
+	if err != nil {
+		return r, err
+	}
+	r.Window, err = reminder.StoredWindow(open, close, days)
 	return r, err
 }
 
