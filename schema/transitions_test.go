@@ -118,11 +118,16 @@ func writers() []writer {
 		}
 	}
 	return []writer{
-		{file: storeSQL, name: "ClaimDue", actors: []reminder.Actor{reminder.Dispatcher},
-			runs: one("", func(t *testing.T, f *fixture) {
+		{file: storeSQL, name: "ClaimDue", actors: []reminder.Actor{reminder.Dispatcher}, runs: []writerRun{
+			{"", func(t *testing.T, f *fixture) {
 				_, err := f.st.ClaimDue(ctx, tNow, tNow, 10000, time.Minute, "d")
 				require.NoError(t, err)
-			})},
+			}},
+			// The tenant's send window is closed at tNow (09:00 UTC) and
+			// opens before the fixture's live deadlines (10:00), or after them.
+			{"window closed", claimInWindow("09:30", "23:00")},
+			{"no window before the deadline", claimInWindow("22:00", "23:00")},
+		}},
 		{file: "internal/dispatch/queries.sql", name: "ExpireDue", actors: []reminder.Actor{reminder.Dispatcher},
 			runs: one("", func(t *testing.T, f *fixture) {
 				_, err := dispatch.ExpireDue(ctx, f.st.Pool(), tNow, tNow, 10000, "d")
@@ -150,6 +155,7 @@ func writers() []writer {
 			{"ExpireFenced", settle((*store.Store).ExpireFenced)},
 			{"ExpireEarly", settle((*store.Store).ExpireEarly)},
 			{"FoundAtProvider", settle((*store.Store).FoundAtProvider)},
+			{"ExpireNoWindow", settle((*store.Store).ExpireNoWindow)},
 		}},
 		{file: storeSQL, name: "ClaimForDelivery", actors: []reminder.Actor{reminder.Worker},
 			runs: one("", func(t *testing.T, f *fixture) {
@@ -248,6 +254,19 @@ func writers() []writer {
 			runs: one("", retentionStatement("DeleteReminders", retention.DefaultReminderAfter))},
 		{file: retentionSQL, name: "PurgePayloads", actors: []reminder.Actor{reminder.Retention}, columnsOnly: true,
 			runs: one("", retentionStatement("PurgePayloads", retention.DefaultPayloadAfter))},
+	}
+}
+
+// claimInWindow runs ClaimDue with the fixture tenant's send window set to
+// open-close (UTC), then removes the policy again.
+func claimInWindow(open, close string) func(t *testing.T, f *fixture) {
+	return func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		f.exec(t, `INSERT INTO nudge_send_windows (tenant, channel, window_open, window_close) VALUES ('acme', 'email', $1, $2)`,
+			open, close)
+		defer f.exec(t, `DELETE FROM nudge_send_windows WHERE tenant = 'acme'`)
+		_, err := f.st.ClaimDue(ctx, tNow, tNow, 10000, time.Minute, "d")
+		require.NoError(t, err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 	"github.com/nudgehq/nudge/schema"
 )
@@ -123,6 +124,7 @@ func scheduleCmd(connect connector) *cobra.Command {
 		file                                               string
 		tenant, key, channel, recipient, template, dataStr string
 		dueAt, deadline                                    string
+		tz, dueLocal, deadlineLocal, window                string
 		actor                                              string
 	)
 	cmd := &cobra.Command{
@@ -132,7 +134,10 @@ func scheduleCmd(connect connector) *cobra.Command {
 the same content returns the existing one; the same key with different content is refused.
 
 With -f, each line is a JSON object with the fields tenant, key, channel ("email", "sms" or "webhook"),
-recipient, template, data (an object) and due_at and deadline (RFC 3339). Bad lines are
+recipient, template, data (an object) and due_at and deadline (RFC 3339), or, instead of
+either time, due_local and deadline_local: a local wall-clock time ("2027-03-28T09:00") in the
+zone tz ("Europe/Stockholm"); and window, a send window in that zone ("08:00-21:00",
+"mon-fri 09:00-17:00", "any"; absent: the tenant's policy). Bad lines are
 reported with their line number, field and reason; good lines are still accepted. The
 exit status is 0 when every line was accepted, 2 when some were rejected.`,
 		Args: cobra.NoArgs,
@@ -149,6 +154,11 @@ exit status is 0 when every line was accepted, 2 when some were rejected.`,
 				"template": template, "due_at": dueAt, "deadline": deadline}
 			if dataStr != "" {
 				line["data"] = json.RawMessage(dataStr)
+			}
+			for k, v := range map[string]string{"tz": tz, "due_local": dueLocal, "deadline_local": deadlineLocal, "window": window} {
+				if v != "" {
+					line[k] = v
+				}
 			}
 			raw, err := json.Marshal(line)
 			if err != nil {
@@ -183,6 +193,10 @@ exit status is 0 when every line was accepted, 2 when some were rejected.`,
 	f.StringVar(&dataStr, "data", "", "template data, a JSON object")
 	f.StringVar(&dueAt, "due-at", "", "earliest send time, RFC 3339")
 	f.StringVar(&deadline, "deadline", "", "business deadline, RFC 3339: no send starts at or after it")
+	f.StringVar(&tz, "tz", "", `recipient's IANA time zone, e.g. "Europe/Stockholm" (default UTC)`)
+	f.StringVar(&dueLocal, "due-local", "", `due time as local wall-clock time in --tz, e.g. "2027-03-28T09:00" (instead of --due-at)`)
+	f.StringVar(&deadlineLocal, "deadline-local", "", "deadline as local wall-clock time in --tz (instead of --deadline)")
+	f.StringVar(&window, "window", "", `send window in --tz, e.g. "08:00-21:00" or "mon-fri 09:00-17:00" (default: the tenant's policy)`)
 	f.StringVar(&actor, "actor", "nudgectl", "name recorded as the author of the scheduled events")
 	return cmd
 }
@@ -379,46 +393,11 @@ func showCmd(connect connector) *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{"reminder": r, "events": evs, "publish": pub})
 			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			ts := func(t *time.Time) string {
-				if t == nil {
-					return "-"
-				}
-				return t.UTC().Format(time.RFC3339)
+			window, err := intake.SendWindow(ctx, pool, r)
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(tw, "reminder\t%d\n", r.ID)
-			fmt.Fprintf(tw, "tenant / key\t%s / %s\n", r.Tenant, r.Key)
-			fmt.Fprintf(tw, "channel\t%s to %s, template %s\n", r.Channel, r.Recipient, r.Template)
-			fmt.Fprintf(tw, "state\t%s\n", r.State)
-			if r.Reason != "" {
-				fmt.Fprintf(tw, "reason\t%s\n", r.Reason)
-			}
-			fmt.Fprintf(tw, "due at / deadline\t%s / %s\n", r.DueAt.UTC().Format(time.RFC3339), r.Deadline.UTC().Format(time.RFC3339))
-			fmt.Fprintf(tw, "attempts\t%d (next %s)\n", r.Attempts, ts(r.NextAttemptAt))
-			if r.LastError != "" {
-				fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
-			}
-			fmt.Fprintf(tw, "fence / lease until\t%d / %s\n", r.Fence, ts(r.LeaseUntil))
-			if pub.Batch != nil {
-				confirmed := "publish confirmation not recorded"
-				if pub.ConfirmedAt != nil {
-					confirmed = "publish confirmed " + ts(pub.ConfirmedAt) + " by " + pub.Actor
-				}
-				fmt.Fprintf(tw, "dispatch batch\t%d, %s\n", *pub.Batch, confirmed)
-			}
-			fmt.Fprintf(tw, "idempotency key\t%s\n", r.IdempotencyKey)
-			tw.Flush()
-			fmt.Fprintln(out)
-			tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tFROM\tTO\tFENCE\tACTOR\tREASON")
-			for _, e := range evs {
-				from := string(e.From)
-				if from == "" {
-					from = "-"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", e.At.UTC().Format(time.RFC3339Nano), from, e.To, e.Fence, e.Actor, e.Reason)
-			}
-			return tw.Flush()
+			return printReminder(out, r, evs, pub, window)
 		},
 	}
 	f := cmd.Flags()
@@ -426,6 +405,87 @@ func showCmd(connect connector) *cobra.Command {
 	f.StringVar(&key, "key", "", "logical key of the reminder (with --tenant)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printReminder prints a reminder, its send window and its events, every
+// time in UTC and in the recipient's zone.
+func printReminder(out io.Writer, r reminder.Reminder, evs []reminder.Event, pub ops.Publish, window localtime.Window) error {
+	loc, zerr := r.Zone()
+	both := func(t time.Time) string { return localAndUTC(t, loc) }
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return both(*t)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "reminder\t%d\n", r.ID)
+	fmt.Fprintf(tw, "tenant / key\t%s / %s\n", r.Tenant, r.Key)
+	fmt.Fprintf(tw, "channel\t%s to %s, template %s\n", r.Channel, r.Recipient, r.Template)
+	fmt.Fprintf(tw, "state\t%s\n", r.State)
+	if r.Reason != "" {
+		fmt.Fprintf(tw, "reason\t%s\n", r.Reason)
+	}
+	zone := loc.String()
+	if r.TZ == "" {
+		zone = "UTC (none given)"
+	} else if zerr != nil {
+		zone = r.TZ + " (unknown to this nudgectl: times shown in UTC)"
+	}
+	fmt.Fprintf(tw, "time zone\t%s\n", zone)
+	whose := "its own"
+	if r.Window == nil {
+		whose = "the policy for tenant " + r.Tenant + " on " + string(r.Channel)
+	}
+	fmt.Fprintf(tw, "send window\t%s (%s, in %s)\n", window, whose, loc)
+	fmt.Fprintf(tw, "due at\t%s\n", both(r.DueAt))
+	if r.RequestedDueAt != nil {
+		fmt.Fprintf(tw, "requested due at\t%s (moved to the window's opening)\n", both(*r.RequestedDueAt))
+	}
+	fmt.Fprintf(tw, "deadline\t%s\n", both(r.Deadline))
+	fmt.Fprintf(tw, "attempts\t%d (next %s)\n", r.Attempts, ts(r.NextAttemptAt))
+	if r.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
+	}
+	fmt.Fprintf(tw, "fence / lease until\t%d / %s\n", r.Fence, ts(r.LeaseUntil))
+	if pub.Batch != nil {
+		confirmed := "publish confirmation not recorded"
+		if pub.ConfirmedAt != nil {
+			confirmed = "publish confirmed " + ts(pub.ConfirmedAt) + " by " + pub.Actor
+		}
+		fmt.Fprintf(tw, "dispatch batch\t%d, %s\n", *pub.Batch, confirmed)
+	}
+	fmt.Fprintf(tw, "idempotency key\t%s\n", r.IdempotencyKey)
+	tw.Flush()
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	// A LOCAL column beside the UTC one when the recipient is elsewhere.
+	local := func(t time.Time) string { return "" }
+	if loc == time.UTC {
+		fmt.Fprintln(tw, "TIME\tFROM\tTO\tFENCE\tACTOR\tREASON")
+	} else {
+		fmt.Fprintln(tw, "TIME (UTC)\tLOCAL\tFROM\tTO\tFENCE\tACTOR\tREASON")
+		local = func(t time.Time) string { return t.In(loc).Format("2006-01-02 15:04:05 MST") + "\t" }
+	}
+	for _, e := range evs {
+		from := string(e.From)
+		if from == "" {
+			from = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d\t%s\t%s\n", e.At.UTC().Format(time.RFC3339Nano), local(e.At),
+			from, e.To, e.Fence, e.Actor, e.Reason)
+	}
+	return tw.Flush()
+}
+
+// localAndUTC formats t in UTC and in loc: "2027-03-28T06:00:00Z (08:00:00
+// CEST, 2027-03-28)"; UTC alone when loc is UTC.
+func localAndUTC(t time.Time, loc *time.Location) string {
+	u := t.UTC().Format(time.RFC3339)
+	if loc == time.UTC {
+		return u
+	}
+	return u + " (" + t.In(loc).Format("2006-01-02 15:04:05 MST") + " local)"
 }
 
 func statsCmd(connect connector) *cobra.Command {

@@ -177,7 +177,7 @@ func TestScheduleFileMixed(t *testing.T) {
 		`line 3: field "due_at" must be an RFC 3339 time like 2026-08-12T09:00:00Z, got "tomorrow"`,
 		`line 5: field "recipient" must be an E.164 phone number like +14155550100`,
 		fmt.Sprintf(`line 7: key "a" of tenant "acme" is already scheduled (reminder %d) with different content`, aID),
-		`line 8: field "colour" is not a known field (want tenant, key, channel, recipient, template, data, due_at, deadline)`,
+		`line 8: field "colour" is not a known field (want tenant, key, channel, recipient, template, data, due_at, deadline, tz, due_local, deadline_local, window)`,
 		`line 11: field "deadline" must be after due_at`,
 		`line 12: field "tenant" must be a JSON string`,
 		`line 13: field "template" must be a template name of lowercase letters, digits, ".", "_" or "-"`,
@@ -442,7 +442,10 @@ func TestShow(t *testing.T) {
 	require.Regexp(t, `(?m)^tenant / key\s+acme / shown$`, res.stdout)
 	require.Regexp(t, `(?m)^channel\s+sms to \+14155550100, template course-expiry$`, res.stdout)
 	require.Regexp(t, `(?m)^state\s+pending$`, res.stdout)
-	require.Regexp(t, `(?m)^due at / deadline\s+2026-08-12T09:00:00Z / 2026-08-12T23:59:00Z$`, res.stdout)
+	require.Regexp(t, `(?m)^due at\s+2026-08-12T09:00:00Z$`, res.stdout)
+	require.Regexp(t, `(?m)^deadline\s+2026-08-12T23:59:00Z$`, res.stdout)
+	require.Regexp(t, `(?m)^time zone\s+UTC \(none given\)$`, res.stdout)
+	require.Regexp(t, `(?m)^send window\s+any \(the policy for tenant acme on sms, in UTC\)$`, res.stdout)
 	require.Regexp(t, `(?m)^idempotency key\s+nudge-[0-9a-f]{64}$`, res.stdout)
 	require.Regexp(t, `(?m)^TIME\s+FROM\s+TO\s+FENCE\s+ACTOR\s+REASON$`, res.stdout)
 	require.Regexp(t, `(?m)^\S+\s+-\s+pending\s+0\s+nudgectl\s+scheduled$`, res.stdout)

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -45,6 +46,11 @@ type jsonLine struct {
 	Data      json.RawMessage `json:"data"`
 	DueAt     string          `json:"due_at"`
 	Deadline  string          `json:"deadline"`
+	// The recipient-local fields (docs/local-time.md).
+	TZ            string  `json:"tz"`
+	DueLocal      string  `json:"due_local"`
+	DeadlineLocal string  `json:"deadline_local"`
+	Window        *string `json:"window"`
 }
 
 // ParsedLine is a line that parsed, with its line number.
@@ -79,7 +85,7 @@ func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
 			return intake.Request{}, &LineError{Line: n, Field: te.Field, Reason: "must be a JSON " + jsonKind(te.Type.Kind().String())}
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return intake.Request{}, &LineError{Line: n, Field: f, Reason: "is not a known field (want tenant, key, channel, recipient, template, data, due_at, deadline)"}
+			return intake.Request{}, &LineError{Line: n, Field: f, Reason: "is not a known field (want tenant, key, channel, recipient, template, data, due_at, deadline, tz, due_local, deadline_local, window)"}
 		default:
 			return intake.Request{}, &LineError{Line: n, Reason: "is not a JSON object: " + err.Error()}
 		}
@@ -91,10 +97,11 @@ func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
 	}
 	req := intake.Request{
 		Tenant: l.Tenant, Key: l.Key, Channel: reminder.Channel(l.Channel), Recipient: l.Recipient,
-		Template: l.Template,
+		Template: l.Template, TZ: l.TZ, DueLocal: l.DueLocal, DeadlineLocal: l.DeadlineLocal,
 	}
 	for _, f := range [...]struct{ name, value string }{{"tenant", l.Tenant}, {"key", l.Key},
-		{"channel", l.Channel}, {"recipient", l.Recipient}, {"template", l.Template}} {
+		{"channel", l.Channel}, {"recipient", l.Recipient}, {"template", l.Template}, {"tz", l.TZ},
+		{"due_local", l.DueLocal}, {"deadline_local", l.DeadlineLocal}} {
 		if verr := intake.CheckString(f.name, f.value); verr != nil { // a \u0000 escape
 			return req, &LineError{Line: n, Field: verr.Field, Reason: verr.Reason}
 		}
@@ -104,6 +111,13 @@ func ParseLine(n int, raw []byte) (intake.Request, *LineError) {
 			return req, &LineError{Line: n, Field: verr.Field, Reason: verr.Reason}
 		}
 		req.Data = l.Data
+	}
+	if l.Window != nil {
+		w, werr := localtime.ParseWindow(*l.Window)
+		if werr != nil {
+			return req, &LineError{Line: n, Field: "window", Reason: "must be a send window like \"08:00-21:00\", \"mon-fri 09:00-17:00\" or \"any\": " + werr.Error()}
+		}
+		req.Window = &w
 	}
 	var err *LineError
 	if req.DueAt, err = parseTime(n, "due_at", l.DueAt); err != nil {

@@ -280,9 +280,12 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		sum.Batches++
 		sum.Claimed += len(claimed)
 		for _, c := range claimed {
+			if c.State == reminder.Pending {
+				continue // its send window is closed: due again at the next opening
+			}
 			if c.State == reminder.Expired {
 				sum.Expired++
-				d.Metrics.Outcome(string(c.Channel), string(reminder.Expired), "deadline_before_dispatch")
+				d.Metrics.Outcome(string(c.Channel), string(reminder.Expired), string(c.Code))
 				continue
 			}
 			d.Metrics.HopBetween(metrics.HopDueToClaim, string(c.Channel), c.DueAt, c.ClaimedAt)

@@ -50,6 +50,8 @@ type fleet struct {
 	webhook provider.Sender // the webhook workers' sender, set by the test that runs them
 	workers []*worker.Worker
 	regs    []*prometheus.Registry
+	// clk is every component's clock (clock.Real unless a test shifts it).
+	clk clock.Clock
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -73,13 +75,14 @@ func newSMSFleet(t *testing.T, opts ...fakesms.Option) *fleet {
 	require.NoError(t, err)
 	f.log = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	f.store = store.New(f.db.Pool)
+	f.clk = clock.Real{}
 	return f
 }
 
 func (f *fleet) enqueuer(actor string) dispatch.Enqueuer {
 	return dispatch.Enqueuer{
 		Store: f.store, Publisher: broker.NewPublisher(f.mq.URL, f.mq.Topology, actor), Keys: f.keys,
-		Topology: f.mq.Topology, Clock: clock.Real{}, Actor: actor,
+		Topology: f.mq.Topology, Clock: f.clk, Actor: actor,
 	}
 }
 
@@ -93,7 +96,7 @@ func (f *fleet) startWorker(t *testing.T, ctx context.Context, ch reminder.Chann
 	cfg := worker.Config{Channel: ch, Name: name, Concurrency: 2, Batch: 25, SendTimeout: 5 * time.Second,
 		BackoffBase: 200 * time.Millisecond, Grace: 10 * time.Second}
 	deps := worker.Deps{AMQPURL: f.mq.URL, Topology: f.mq.Topology, Store: f.store, Keys: f.keys,
-		Clock: clock.Real{}, Log: f.log.With().Str("worker", name).Logger()}
+		Clock: f.clk, Log: f.log.With().Str("worker", name).Logger()}
 	switch ch {
 	case reminder.Email:
 		smtpCfg, perr := email.ParseSMTPURL(f.mail.SMTPURL())

@@ -188,6 +188,21 @@ func statementCosts(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 	}
+	// NUDGE_BENCH_WINDOW sets an SMS send window policy, in UTC: "open" (open
+	// now: every claimed row's window is evaluated), "closed" (each claimed
+	// row is moved to the next opening), or unset (the default, any time).
+	switch w := os.Getenv("NUDGE_BENCH_WINDOW"); w {
+	case "open", "closed":
+		h := time.Now().UTC().Hour()
+		open, close := (h+23)%24, (h+2)%24 // an hour ago to two hours ahead
+		if w == "closed" {
+			open, close = (h+3)%24, (h+5)%24
+		}
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO nudge_send_windows (tenant, channel, window_open, window_close)
+			VALUES ('*', 'sms', make_time($1, 0, 0), make_time($2, 0, 0))`, open, close); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if os.Getenv("NUDGE_BENCH_ANALYZE") != "" {
 		if _, err := db.Pool.Exec(ctx, `ANALYZE reminders`); err != nil {
 			b.Fatal(err)

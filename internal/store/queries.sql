@@ -59,32 +59,72 @@ WITH RECURSIVE tenants(tenant) AS (
      WHERE r.id IN (SELECT id FROM picks ORDER BY turn, due_at, id LIMIT @limit)
        AND (r.state = 'pending') IS TRUE AND r.due_at <= @cutoff
        FOR UPDATE SKIP LOCKED
+), windowed AS (
+    -- Each picked row's send window (its own, else its tenant's policy for
+    -- its channel, else the default: nudge_send_window), in its zone (NULL:
+    -- UTC). Read for these rows only, never the whole table.
+    SELECT due.id, due.old_state, r.deadline, coalesce(r.tz, 'UTC') AS tz,
+           w.window_open, w.window_close, w.window_days
+      FROM due
+      JOIN reminders r ON r.id = due.id
+     CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
+), openings AS MATERIALIZED (
+    -- @now when the window is open, else its next opening
+    -- (docs/local-time.md): once per distinct zone and window of the batch,
+    -- not per row (the window functions cost tens of microseconds a call).
+    SELECT x.*, nudge_next_opening(x.window_open, x.window_close, x.window_days, x.tz, @now::timestamptz) AS opens_at
+      FROM (SELECT DISTINCT tz, window_open, window_close, window_days FROM windowed) x
+), judged AS (
+    SELECT p.id, p.old_state,
+           CASE WHEN p.deadline <= @now THEN 'deadline'
+                WHEN o.opens_at = @now THEN 'open'
+                WHEN o.opens_at < p.deadline THEN 'closed'
+                ELSE 'no_window' END AS verdict,
+           o.opens_at
+      FROM windowed p
+      JOIN openings o ON o.tz = p.tz AND o.window_open IS NOT DISTINCT FROM p.window_open
+                     AND o.window_close = p.window_close AND o.window_days = p.window_days
 ), batch AS (
     SELECT nextval('dispatch_batches') AS id
 ), claimed AS (
+    -- open: enqueued; closed: stays pending, due at the opening (the due
+    -- time asked for is kept in requested_due_at), under the same fence;
+    -- deadline passed, or no opening before it: expired.
     UPDATE reminders r
-       SET state          = CASE WHEN r.deadline <= @now THEN 'expired' ELSE 'enqueued' END,
-           fence          = r.fence + 1,
-           lease_until    = CASE WHEN r.deadline <= @now THEN NULL ELSE @lease_until::timestamptz END,
-           enqueued_at    = CASE WHEN r.deadline <= @now THEN r.enqueued_at ELSE @now::timestamptz END,
-           dispatch_batch = CASE WHEN r.deadline <= @now THEN r.dispatch_batch ELSE batch.id END,
-           reason         = CASE WHEN r.deadline <= @now THEN 'deadline passed before dispatch' ELSE r.reason END,
-           finished_at    = CASE WHEN r.deadline <= @now THEN @now::timestamptz END,
+       SET state          = CASE j.verdict WHEN 'open' THEN 'enqueued' WHEN 'closed' THEN 'pending' ELSE 'expired' END,
+           fence          = CASE WHEN j.verdict = 'closed' THEN r.fence ELSE r.fence + 1 END,
+           lease_until    = CASE WHEN j.verdict = 'open' THEN @lease_until::timestamptz END,
+           enqueued_at    = CASE WHEN j.verdict = 'open' THEN @now::timestamptz ELSE r.enqueued_at END,
+           dispatch_batch = CASE WHEN j.verdict = 'open' THEN batch.id ELSE r.dispatch_batch END,
+           due_at         = CASE WHEN j.verdict = 'closed' THEN j.opens_at ELSE r.due_at END,
+           requested_due_at = CASE WHEN j.verdict = 'closed' THEN coalesce(r.requested_due_at, r.due_at)
+                                   ELSE r.requested_due_at END,
+           reason         = CASE j.verdict
+                                WHEN 'deadline' THEN 'deadline passed before dispatch'
+                                WHEN 'no_window' THEN 'no send window opens before the deadline'
+                                WHEN 'closed' THEN 'send window closed; due again at its next opening'
+                                ELSE r.reason END,
+           finished_at    = CASE WHEN j.verdict IN ('deadline', 'no_window') THEN @now::timestamptz END,
            updated_at     = @now
-      FROM due, batch
-     WHERE r.id = due.id
- RETURNING r.id, due.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
-           r.due_at, r.dispatch_batch
+      FROM judged j, batch
+     WHERE r.id = j.id
+ RETURNING r.id, j.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
+           r.due_at, r.dispatch_batch, r.reason, j.verdict
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, state, fence, @actor,
-           CASE state WHEN 'expired' THEN 'deadline_before_dispatch' ELSE 'claimed' END,
-           CASE state WHEN 'expired' THEN 'deadline passed before dispatch' ELSE 'claimed for dispatch' END, @now
+           CASE verdict WHEN 'deadline' THEN 'deadline_before_dispatch' WHEN 'no_window' THEN 'no_window_before_deadline'
+                        WHEN 'closed' THEN 'window_closed' ELSE 'claimed' END,
+           CASE verdict WHEN 'open' THEN 'claimed for dispatch'
+                        WHEN 'closed' THEN reason || ' (' || to_char(due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
+                        ELSE reason END, @now
       FROM claimed
 )
 SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch,
        -- more: some tenant filled its part, so due rows may be left
-       EXISTS (SELECT 1 FROM picks, quota WHERE picks.turn = quota.n) AS more
+       EXISTS (SELECT 1 FROM picks, quota WHERE picks.turn = quota.n) AS more,
+       CASE verdict WHEN 'deadline' THEN 'deadline_before_dispatch' WHEN 'no_window' THEN 'no_window_before_deadline'
+                    WHEN 'closed' THEN 'window_closed' ELSE 'claimed' END AS code
   FROM claimed;
 
 -- name: Reclaim
@@ -266,10 +306,14 @@ WITH m AS (
 SELECT id FROM upd;
 
 -- name: LoadForDelivery
-SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempotency_key,
-       state, fence, attempts, next_attempt_at
-  FROM reminders
- WHERE id = ANY(@ids::bigint[]);
+-- The rows, with their zone and the send window that applies (their own,
+-- else the policy's: nudge_send_window), the window's times in minutes.
+SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
+       r.state, r.fence, r.attempts, r.next_attempt_at, coalesce(r.tz, ''),
+       (extract(epoch FROM w.window_open) / 60)::int, (extract(epoch FROM w.window_close) / 60)::int, w.window_days
+  FROM reminders r
+ CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
+ WHERE r.id = ANY(@ids::bigint[]);
 
 -- name: ClaimForDelivery
 -- A worker's conditional write before sending: rows of the worker's channel
@@ -284,12 +328,19 @@ SELECT id, tenant, channel, recipient, template, data, due_at, deadline, idempot
 -- reading and claiming (no rate limit) needs one round trip, and can tell why
 -- a row was not claimed: unknown, terminal, superseded, past its deadline,
 -- not yet due, retrying before its next attempt time, or moved on by a
--- concurrent writer.
+-- concurrent writer. A row whose send window (in its zone) is closed at @now
+-- is not claimed either: the worker defers or expires it (the window is
+-- evaluated only for rows otherwise claimable).
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
     SELECT r.id, r.state AS old_state, m.fence
       FROM m JOIN reminders r ON r.id = m.id
+     CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
+     WHERE NOT (r.fence = m.fence AND r.channel = @channel
+                AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
+                AND r.deadline > @now AND r.due_at <= @now)
+        OR nudge_window_open(w.window_open, w.window_close, w.window_days, coalesce(r.tz, 'UTC'), @now::timestamptz)
 ), upd AS (
     UPDATE reminders r
        SET state = 'sending', fence = r.fence + 1, attempts = r.attempts + 1,
@@ -310,8 +361,11 @@ WITH m AS (
  RETURNING id, reminder_id
 )
 SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
-       r.state, r.fence, r.attempts, r.next_attempt_at, upd.fence, upd.attempts, att.id
+       r.state, r.fence, r.attempts, r.next_attempt_at, coalesce(r.tz, ''),
+       (extract(epoch FROM w.window_open) / 60)::int, (extract(epoch FROM w.window_close) / 60)::int, w.window_days,
+       upd.fence, upd.attempts, att.id
   FROM reminders r
+ CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
   LEFT JOIN upd ON upd.id = r.id
   LEFT JOIN att ON att.reminder_id = r.id
  WHERE r.id = ANY(@ids::bigint[]);

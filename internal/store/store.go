@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nudgehq/nudge/internal/sqlfile"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -79,6 +81,9 @@ type Claimed struct {
 	// From is the state Reclaim took it from (empty for ClaimDue's):
 	// Sending means its send lease had expired.
 	From reminder.State
+	// Code is the transition ClaimDue made (claimed, deadline_before_dispatch,
+	// window_closed, no_window_before_deadline); empty from Reclaim.
+	Code reminder.Code
 }
 
 // scanClaimed scans a Claimed from the columns ClaimDue and Reclaim both
@@ -98,7 +103,11 @@ func scanClaimed(r pgx.CollectableRow, now time.Time, extra ...any) (Claimed, er
 // number, up to limit pending reminders due at or before cutoff, skipping
 // rows another claimer holds: an even part from every tenant with due rows,
 // each tenant's in due order. Reminders already at or past their deadline are
-// expired instead and returned with State Expired. The caller publishes the
+// expired instead and returned with State Expired. A reminder whose send
+// window is closed at now stays pending, due at the window's next opening
+// (returned with State Pending, DueAt the opening, Code CodeWindowClosed),
+// or is expired (Code CodeNoWindowBeforeDeadline) when that opening is at or
+// after its deadline. The caller publishes the
 // enqueued ones and records the batch's confirmation (ConfirmPublished) or
 // releases what was not confirmed (Release).
 func (s *Store) ClaimDue(ctx context.Context, now, cutoff time.Time, limit int, lease time.Duration, actor string) ([]Claimed, error) {
@@ -116,7 +125,12 @@ func (s *Store) ClaimDueBatch(ctx context.Context, now, cutoff time.Time, limit 
 	if err != nil {
 		return nil, false, fmt.Errorf("claiming due reminders: %w", err)
 	}
-	claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) { return scanClaimed(r, now, &more) })
+	claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		var code string
+		c, err := scanClaimed(r, now, &more, &code)
+		c.Code = reminder.Code(code)
+		return c, err
+	})
 	if err != nil {
 		return nil, false, fmt.Errorf("claiming due reminders: %w", err)
 	}
@@ -343,6 +357,15 @@ type Delivery struct {
 	// NextAttemptAt is when a retrying reminder may be tried again (zero:
 	// not set). ClaimForDelivery never claims a retrying row before it.
 	NextAttemptAt time.Time
+	// TZ is the recipient's zone as stored ("": UTC).
+	TZ string
+	// Zone is TZ loaded (UTC for ""), or nil when this binary's zone
+	// database does not know it.
+	Zone *time.Location
+	// Window is the send window that applies: the reminder's own, else its
+	// tenant's policy for the channel, else the default. ClaimForDelivery
+	// never claims a row whose window is closed.
+	Window localtime.Window
 }
 
 // scanDelivery scans a Delivery from the columns LoadForDelivery and
@@ -350,14 +373,23 @@ type Delivery struct {
 func scanDelivery(r pgx.Row, d *Delivery, extra ...any) error {
 	var data []byte
 	var next *time.Time
+	var open, close, days *int32
 	dest := append([]any{&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
-		&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts, &next}, extra...)
+		&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts, &next, &d.TZ, &open, &close, &days}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return err
 	}
 	if next != nil {
 		d.NextAttemptAt = *next
 	}
+	w, err := reminder.StoredWindow(open, close, days)
+	if err != nil {
+		return fmt.Errorf("reminder %d: %w", d.ID, err)
+	}
+	if w != nil {
+		d.Window = *w
+	}
+	d.Zone = zone(d.TZ)
 	if err := json.Unmarshal(data, &d.Data); err != nil {
 		return fmt.Errorf("reminder %d data: %w", d.ID, err)
 	}
@@ -459,6 +491,35 @@ func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel rem
 		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
 	}
 	return out, claimed, nil
+}
+
+// ExpireNoWindow expires leased, enqueued or retrying reminders at the
+// given fences now, before their deadline, because their send window does
+// not open again before it.
+func (s *Store) ExpireNoWindow(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
+	return s.settle(ctx, "expiring reminders with no send window before the deadline", now, fs,
+		reminder.CodeNoWindowBeforeDeadline, actor, reason)
+}
+
+// zones caches the zones of the rows read: time.LoadLocation reads and
+// parses a file on every call.
+var zones sync.Map // string → *time.Location (nil: unknown here)
+
+// zone returns the location of tz ("": UTC), nil when this binary's zone
+// database does not know it.
+func zone(tz string) *time.Location {
+	if tz == "" {
+		return time.UTC
+	}
+	if loc, ok := zones.Load(tz); ok {
+		return loc.(*time.Location)
+	}
+	loc, err := localtime.LoadZone(tz)
+	if err != nil {
+		loc = nil
+	}
+	zones.Store(tz, loc)
+	return loc
 }
 
 // ExpireFenced expires leased, enqueued or retrying reminders at the given

@@ -101,6 +101,10 @@ func (s *fakeStore) ExpireEarly(_ context.Context, _ time.Time, fs []store.Fence
 	return s.move(fs, reminder.Expired)
 }
 
+func (s *fakeStore) ExpireNoWindow(_ context.Context, _ time.Time, fs []store.Fenced, _, _ string) (map[int64]bool, error) {
+	return s.move(fs, reminder.Expired)
+}
+
 func (s *fakeStore) Quarantine(_ context.Context, _ time.Time, fs []store.Fenced, _, _ string) (map[int64]bool, error) {
 	return s.move(fs, reminder.Quarantined)
 }

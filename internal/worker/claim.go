@@ -35,19 +35,27 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 
 	now := w.clock.Now()
 	var toExpire, toClaim []*item
+	var windows windowed
 	for _, it := range items {
 		row, ok := rows[it.env.ReminderID]
 		it.row = row
-		switch v := onRow(row, ok, it.env.Fence, w.cfg.Channel, now); v.kind {
+		v := onRow(row, ok, it.env.Fence, w.cfg.Channel, now)
+		if v.kind == kindClaim {
+			v = windowBeforeClaim(row.Window, row.Zone, now, row.Deadline)
+		}
+		switch v.kind {
 		case kindExpire:
 			toExpire = append(toExpire, it)
 		case kindClaim:
 			toClaim = append(toClaim, it)
+		case kindWaitWindow, kindExpireNoWindow, kindQuarantine:
+			windows.add(it, v)
 		default:
 			w.apply(ctx, it, v, now)
 		}
 	}
 	w.expire(ctx, now, w.foundBeforeExpiry(ctx, now, toExpire))
+	w.settleWindows(ctx, now, windows)
 	toClaim = w.admit(ctx, toClaim)
 	if len(toClaim) == 0 {
 		return
@@ -90,6 +98,7 @@ func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*i
 		return // not acked: redelivered when the channel closes
 	}
 	var sending, toExpire []*item
+	var windows windowed
 	for _, it := range items {
 		row, ok := rows[it.env.ReminderID]
 		it.row = row
@@ -99,18 +108,26 @@ func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*i
 			}
 			continue
 		}
-		switch v := onRow(row, ok, it.env.Fence, w.cfg.Channel, now); v.kind {
+		v := onRow(row, ok, it.env.Fence, w.cfg.Channel, now)
+		if v.kind == kindClaim {
+			// Not claimed: its send window is closed (the claim checks it),
+			// or the row moved on under the claim (canceled, expired, or
+			// another delivery of the message won).
+			if v = windowBeforeClaim(row.Window, row.Zone, now, row.Deadline); v.kind == kindClaim {
+				v = lostClaim()
+			}
+		}
+		switch v.kind {
 		case kindExpire:
 			toExpire = append(toExpire, it)
-		case kindClaim:
-			// The row looked claimable but moved on under the claim
-			// (canceled, expired, or another delivery of the message won).
-			w.apply(ctx, it, lostClaim(), now)
+		case kindWaitWindow, kindExpireNoWindow, kindQuarantine:
+			windows.add(it, v)
 		default:
 			w.apply(ctx, it, v, now)
 		}
 	}
 	w.expire(ctx, now, w.foundBeforeExpiry(ctx, now, toExpire))
+	w.settleWindows(ctx, now, windows)
 	return w.sendClaimed(ctx, sending, now)
 }
 
@@ -173,6 +190,60 @@ func (w *Worker) expire(ctx context.Context, now time.Time, its []*item) {
 		for _, it := range its {
 			it.settled = toAck // expired now, or moved on by someone else
 		}
+	}
+}
+
+// windowed are the messages whose send window kept them from being claimed.
+type windowed struct {
+	waits, late, unknown []*item
+	reasons              []string // of unknown
+}
+
+func (ws *windowed) add(it *item, v verdict) {
+	switch v.kind {
+	case kindWaitWindow:
+		it.env.NotBefore = v.at // waited for as a rate-limit turn is
+		ws.waits = append(ws.waits, it)
+	case kindExpireNoWindow:
+		ws.late = append(ws.late, it)
+	default:
+		ws.unknown, ws.reasons = append(ws.unknown, it), append(ws.reasons, v.reason)
+	}
+}
+
+// settleWindows carries out the window verdicts: messages whose window
+// opens before the deadline record the opening (so the reconciler does not
+// take the wait for a lost message) and wait for it in the retry tiers;
+// the others are expired now; one in a zone this worker cannot read is
+// quarantined.
+func (w *Worker) settleWindows(ctx context.Context, now time.Time, ws windowed) {
+	ch := string(w.cfg.Channel)
+	if len(ws.late) > 0 {
+		if err := w.retryDB(ctx, "expiring reminders with no send window", func() error {
+			moved, err := w.store.ExpireNoWindow(ctx, now, fenced(ws.late), w.cfg.Name, reasonNoWindow)
+			w.counts.expired.Add(int64(len(moved)))
+			w.m.Outcomes(ch, string(reminder.Expired), codeNoWindow, len(moved))
+			return err
+		}); err == nil {
+			for _, it := range ws.late {
+				it.settled = toAck
+			}
+		}
+	}
+	if len(ws.waits) > 0 {
+		untils := make([]time.Time, len(ws.waits))
+		for i, it := range ws.waits {
+			untils[i] = it.env.NotBefore
+		}
+		if err := w.retryDB(ctx, "deferring reminders to their send window", func() error {
+			_, err := w.store.Defer(ctx, now, fenced(ws.waits), untils)
+			return err
+		}); err == nil {
+			w.waitForTurns(ctx, now, ws.waits)
+		}
+	}
+	for i, it := range ws.unknown {
+		w.quarantine(ctx, it, verdict{kind: kindQuarantine, code: codePoison, reason: ws.reasons[i]})
 	}
 }
 

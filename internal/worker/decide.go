@@ -11,6 +11,7 @@ import (
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -56,13 +57,19 @@ const (
 	kindRetry
 	// kindFail: a permanent failure, or the attempts are exhausted.
 	kindFail
+	// kindWaitWindow: its send window is closed; record the opening (at)
+	// and wait for it in the retry tiers, as for a rate-limit turn.
+	kindWaitWindow
+	// kindExpireNoWindow: its send window does not open again before the
+	// deadline; expire it now.
+	kindExpireNoWindow
 )
 
 var kindNames = [...]string{
 	kindProceed: "proceed", kindDeadLetter: "dead-letter", kindQuarantine: "quarantine", kindDiscard: "discard",
 	kindDefer: "defer", kindExpire: "expire", kindExpireEarly: "expire-early", kindHop: "hop",
 	kindWaitTurn: "wait-turn", kindClaim: "claim", kindSend: "send", kindDelivered: "delivered",
-	kindRetry: "retry", kindFail: "fail",
+	kindRetry: "retry", kindFail: "fail", kindWaitWindow: "wait-window", kindExpireNoWindow: "expire-no-window",
 }
 
 func (k kind) String() string {
@@ -112,6 +119,9 @@ const (
 	// within the deadline margin (the send would have been accepted late).
 	codeDeadlineMargin = "deadline_margin"
 	codeRateLimited    = "rate_limited"
+	reasonNoWindow     = "no send window opens before the deadline"
+	codeWindowClosed   = string(reminder.CodeWindowClosed)
+	codeNoWindow       = string(reminder.CodeNoWindowBeforeDeadline)
 	// Codes of the verdicts that dead-letter a message: the only values
 	// of the dead-letter counter's reason label (never free text, which
 	// would give the metric one series per message).
@@ -277,6 +287,61 @@ func beforeSend(now, deadline time.Time, margin time.Duration) verdict {
 		v.reason, v.code = fmt.Sprintf("deadline within the send margin (%s) before the send started", margin), codeDeadlineMargin
 	default:
 		return verdict{kind: kindSend}
+	}
+	return v
+}
+
+// windowBeforeClaim decides about a message whose row is otherwise
+// claimable at now, from the send window that applies to it in the
+// recipient's zone (loc; nil when this binary's zone database does not know
+// it): claim it while the window is open; else wait for the next opening, or
+// expire it now when no opening starts before the deadline. A limited window
+// in an unknown zone cannot be judged: the message is quarantined for an
+// operator rather than sent at an hour nobody can check.
+func windowBeforeClaim(w localtime.Window, loc *time.Location, now, deadline time.Time) verdict {
+	if w.IsAnyTime() {
+		return verdict{kind: kindClaim}
+	}
+	if loc == nil {
+		return verdict{kind: kindQuarantine, code: codePoison,
+			reason: "quarantined: the recipient's time zone is unknown to this worker's zone database"}
+	}
+	switch d := localtime.Decide(w, loc, now, deadline, 0); {
+	case d.Verdict == localtime.Send:
+		return verdict{kind: kindClaim}
+	case d.Verdict == localtime.Defer:
+		return verdict{kind: kindWaitWindow, at: d.At, code: codeWindowClosed}
+	case d.Reason == localtime.ReasonNoWindow:
+		return verdict{kind: kindExpireNoWindow, reason: reasonNoWindow, code: codeNoWindow}
+	}
+	return verdict{kind: kindExpire, reason: reasonDeadline, code: codeDeadline}
+}
+
+// onWindow decides, at the moment the provider call would start (after any
+// wait for a rate-limit slot, beside beforeSend), whether the send window
+// still allows it: a retry or a slot wait can push a send past the window's
+// close. The send must start at least margin (the deadline margin) before
+// the window closes and before the deadline. Send; or retry at the next
+// opening (nothing was sent); or expire when no opening starts before the
+// deadline. A zone this binary does not
+// know (loc nil) cannot be judged here: the claim (ClaimForDelivery, in SQL)
+// found the window open.
+func onWindow(w localtime.Window, loc *time.Location, now, deadline time.Time, margin time.Duration) verdict {
+	if w.IsAnyTime() || loc == nil {
+		return verdict{kind: kindSend}
+	}
+	d := localtime.Decide(w, loc, now, deadline, margin)
+	v := verdict{attempt: reminder.OutcomeNotSent, err: "not sent: the send window is closed"}
+	switch {
+	case d.Verdict == localtime.Send:
+		return verdict{kind: kindSend}
+	case d.Verdict == localtime.Defer:
+		v.kind, v.transition, v.at, v.code = kindRetry, reminder.CodeWindowClosed, d.At, codeWindowClosed
+		v.reason = "send window closed; retrying at its next opening " + d.At.UTC().Format(time.RFC3339)
+	case d.Reason == localtime.ReasonNoWindow:
+		v.kind, v.transition, v.code, v.reason = kindExpire, reminder.CodeNoWindowBeforeDeadline, codeNoWindow, reasonNoWindow
+	default:
+		v.kind, v.transition, v.code, v.reason = kindExpire, reminder.CodeDeadlineBeforeSend, codeDeadline, reasonDeadline
 	}
 	return v
 }

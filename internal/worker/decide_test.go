@@ -13,6 +13,7 @@ import (
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -187,6 +188,12 @@ func TestDecisions(t *testing.T) {
 	}
 }
 
+// night is a window closed at t0 (09:00 UTC).
+func night() localtime.Window {
+	w, _ := localtime.ParseWindow("21:00-08:00")
+	return w
+}
+
 // Every kind of verdict is reachable from some decision, and each that ends
 // an attempt records a state.
 func TestEveryVerdictKindIsDecided(t *testing.T) {
@@ -205,6 +212,8 @@ func TestEveryVerdictKindIsDecided(t *testing.T) {
 		onAnswer(nil, 1, t0, at(time.Hour), policy, 0),
 		onAnswer(http503, 1, t0, at(time.Hour), policy, 0),
 		onAnswer(http400, 1, t0, at(time.Hour), policy, 0),
+		windowBeforeClaim(night(), time.UTC, t0, at(24*time.Hour)),
+		windowBeforeClaim(night(), time.UTC, t0, at(time.Hour)),
 	} {
 		decided[v.kind] = true
 	}

@@ -24,7 +24,9 @@ type Store interface {
 	ExpireFenced(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
 	// ExpireEarly expires reminders that cannot be sent before their deadline.
 	ExpireEarly(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
-	// Defer records each reminder's rate-limit turn.
+	// ExpireNoWindow expires reminders whose send window does not open before their deadline.
+	ExpireNoWindow(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
+	// Defer records each reminder's rate-limit turn (or send window opening).
 	Defer(ctx context.Context, now time.Time, fs []store.Fenced, untils []time.Time) (map[int64]bool, error)
 	// Quarantine parks reminders for an operator.
 	Quarantine(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)

@@ -178,7 +178,13 @@ func (w *Worker) send(ctx context.Context, it *item) {
 // adapter and the adapter again (provider.Message.Gate) immediately before
 // the request leaves.
 func (w *Worker) mayStart(it *item) verdict {
-	return beforeSend(w.clock.Now(), it.row.Deadline, w.deadlineMargin())
+	now, margin := w.clock.Now(), w.deadlineMargin()
+	if v := beforeSend(now, it.row.Deadline, margin); v.kind != kindSend {
+		return v
+	}
+	// The send window, in the recipient's zone: the send must also start
+	// at least the margin before the window closes.
+	return onWindow(it.row.Window, it.row.Zone, now, it.row.Deadline, margin)
 }
 
 // decided turns an attempt's verdict into the outcome to record.

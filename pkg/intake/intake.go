@@ -21,6 +21,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/internal/sqlfile"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -54,10 +55,29 @@ type Request struct {
 	Template string `json:"template"`
 	// Data is the template's data; it must marshal to a JSON object. Nil means {}.
 	Data any `json:"data"`
-	// DueAt is the earliest time the reminder may be sent. Required.
+	// DueAt is the earliest time the reminder may be sent. Required, unless
+	// DueLocal gives it (exactly one of the two).
 	DueAt time.Time `json:"due_at"`
-	// Deadline is the business deadline: no send starts at or after it. Required, after DueAt.
+	// Deadline is the business deadline: no send starts at or after it.
+	// Required, unless DeadlineLocal gives it (exactly one of the two); after
+	// the due time.
 	Deadline time.Time `json:"deadline"`
+	// TZ is the recipient's IANA zone ("Europe/Stockholm"; empty: UTC). The
+	// local times below are read in it and the send window is evaluated in
+	// it. Required with DueLocal or DeadlineLocal.
+	TZ string `json:"tz,omitempty"`
+	// DueLocal is the due time as a local wall-clock time in TZ,
+	// "2027-03-28T09:00" (localtime.ParseWall), instead of DueAt. A time the
+	// clock skips moves forward by the gap; one it shows twice is the
+	// earlier instant (docs/local-time.md).
+	DueLocal string `json:"due_local,omitempty"`
+	// DeadlineLocal is the deadline as a local wall-clock time in TZ,
+	// instead of Deadline.
+	DeadlineLocal string `json:"deadline_local,omitempty"`
+	// Window is when a send may start, in the recipient's local time
+	// ("08:00-21:00", "mon-fri 09:00-17:00", "any"). Nil: the tenant's
+	// policy for the channel applies.
+	Window *localtime.Window `json:"window,omitempty"`
 }
 
 // Status says what scheduling did.
@@ -137,6 +157,7 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		tenants, keys, channels, recipients, templates, datas = make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 		dues, deadlines = make([]*time.Time, n), make([]*time.Time, n)
+		local           = newLocalArgs(n)
 	)
 	for i, r := range reqs {
 		// What PostgreSQL would refuse for the whole statement is refused
@@ -151,6 +172,10 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 			out[i].Err = err
 			continue
 		}
+		if verr := local.set(i, r); verr != nil {
+			out[i].Err = verr
+			continue
+		}
 		tenants[i], keys[i], channels[i] = r.Tenant, r.Key, string(r.Channel)
 		recipients[i], templates[i] = r.Recipient, r.Template
 		if !r.DueAt.IsZero() {
@@ -162,7 +187,7 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		datas[i] = &data
 	}
 	rows, err := q.Query(ctx, query("ScheduleMany"), tenants, keys, channels, recipients, templates, datas,
-		dues, deadlines, actor)
+		dues, deadlines, actor, local.tz, local.due, local.deadline, local.open, local.close, local.days)
 	if err != nil {
 		return nil, fmt.Errorf("scheduling %d reminders: %w", n, err)
 	}

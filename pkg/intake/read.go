@@ -7,19 +7,28 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 const reminderColumns = `id, tenant, key, channel, recipient, template, data, due_at, deadline,
 	idempotency_key, state, fence, lease_until, attempts, next_attempt_at, enqueued_at,
-	coalesce(last_error, ''), coalesce(reason, ''), created_at, updated_at, finished_at`
+	coalesce(last_error, ''), coalesce(reason, ''), created_at, updated_at, finished_at,
+	coalesce(tz, ''), requested_due_at,
+	(extract(epoch FROM window_open) / 60)::int, (extract(epoch FROM window_close) / 60)::int, window_days`
 
 // scanReminder reads a row selected with reminderColumns.
 func scanReminder(row pgx.Row) (reminder.Reminder, error) {
 	var r reminder.Reminder
+	var open, close, days *int32
 	err := row.Scan(&r.ID, &r.Tenant, &r.Key, &r.Channel, &r.Recipient, &r.Template, &r.Data, &r.DueAt,
 		&r.Deadline, &r.IdempotencyKey, &r.State, &r.Fence, &r.LeaseUntil, &r.Attempts, &r.NextAttemptAt,
-		&r.EnqueuedAt, &r.LastError, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt)
+		&r.EnqueuedAt, &r.LastError, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt,
+		&r.TZ, &r.RequestedDueAt, &open, &close, &days)
+	if err != nil {
+		return r, err
+	}
+	r.Window, err = reminder.StoredWindow(open, close, days)
 	return r, err
 }
 
@@ -64,4 +73,23 @@ func Events(ctx context.Context, q Querier, id int64) ([]reminder.Event, error) 
 		return nil, fmt.Errorf("reading events of reminder %d: %w", id, err)
 	}
 	return evs, nil
+}
+
+// SendWindow returns the send window that applies to r: its own, else its
+// tenant's policy for its channel, else the default (nudge_send_window).
+func SendWindow(ctx context.Context, q Querier, r reminder.Reminder) (localtime.Window, error) {
+	if r.Window != nil {
+		return *r.Window, nil
+	}
+	var open, close, days *int32
+	err := q.QueryRow(ctx, `SELECT (extract(epoch FROM window_open) / 60)::int, (extract(epoch FROM window_close) / 60)::int,
+		window_days FROM nudge_send_window($1, $2, NULL, NULL, NULL)`, r.Tenant, string(r.Channel)).Scan(&open, &close, &days)
+	if err != nil {
+		return localtime.AnyTime, fmt.Errorf("reading the send window of reminder %d: %w", r.ID, err)
+	}
+	w, err := reminder.StoredWindow(open, close, days)
+	if err != nil || w == nil {
+		return localtime.AnyTime, err
+	}
+	return *w, nil
 }

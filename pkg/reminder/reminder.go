@@ -9,8 +9,11 @@ package reminder
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
+
+	"github.com/nudgehq/nudge/pkg/localtime"
 )
 
 // State is where a reminder stands. Terminal states never change again,
@@ -76,27 +79,71 @@ func (c Channel) Valid() bool { return slices.Contains(Channels, c) }
 
 // Reminder is one row of the reminders table.
 type Reminder struct {
-	ID             int64           `json:"id"`
-	Tenant         string          `json:"tenant"`
-	Key            string          `json:"key"`
-	Channel        Channel         `json:"channel"`
-	Recipient      string          `json:"recipient"`
-	Template       string          `json:"template"`
-	Data           json.RawMessage `json:"data"`
-	DueAt          time.Time       `json:"due_at"`
-	Deadline       time.Time       `json:"deadline"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	State          State           `json:"state"`
-	Fence          int64           `json:"fence"`
-	LeaseUntil     *time.Time      `json:"lease_until,omitempty"`
-	Attempts       int             `json:"attempts"`
-	NextAttemptAt  *time.Time      `json:"next_attempt_at,omitempty"`
-	EnqueuedAt     *time.Time      `json:"enqueued_at,omitempty"`
-	LastError      string          `json:"last_error,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	ID        int64           `json:"id"`
+	Tenant    string          `json:"tenant"`
+	Key       string          `json:"key"`
+	Channel   Channel         `json:"channel"`
+	Recipient string          `json:"recipient"`
+	Template  string          `json:"template"`
+	Data      json.RawMessage `json:"data"`
+	DueAt     time.Time       `json:"due_at"`
+	Deadline  time.Time       `json:"deadline"`
+	// TZ is the recipient's IANA zone ("" means UTC): local due times and
+	// deadlines were read in it, and the send window is evaluated in it.
+	TZ string `json:"tz,omitempty"`
+	// Window is the reminder's own send window; nil means its tenant's
+	// policy for its channel applies (docs/local-time.md).
+	Window *localtime.Window `json:"window,omitempty"`
+	// RequestedDueAt is the due time intake asked for, once the dispatcher
+	// moved DueAt to a send window's opening (nil: DueAt is it).
+	RequestedDueAt *time.Time `json:"requested_due_at,omitempty"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	State          State      `json:"state"`
+	Fence          int64      `json:"fence"`
+	LeaseUntil     *time.Time `json:"lease_until,omitempty"`
+	Attempts       int        `json:"attempts"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at,omitempty"`
+	EnqueuedAt     *time.Time `json:"enqueued_at,omitempty"`
+	LastError      string     `json:"last_error,omitempty"`
+	Reason         string     `json:"reason,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+}
+
+// Zone returns the recipient's zone: TZ, or UTC when it is empty (or, for a
+// zone this binary's zone database does not know, UTC with the error).
+func (r Reminder) Zone() (*time.Location, error) {
+	if r.TZ == "" {
+		return time.UTC, nil
+	}
+	loc, err := localtime.LoadZone(r.TZ)
+	if err != nil {
+		return time.UTC, err
+	}
+	return loc, nil
+}
+
+// StoredWindow reads a window stored as the SQL twin's (open, close, days)
+// columns, with the times selected as minutes after midnight: a NULL close is
+// no window (nil), a NULL open any time (docs/local-time.md).
+func StoredWindow(open, close, days *int32) (*localtime.Window, error) {
+	if close == nil {
+		return nil, nil
+	}
+	if open == nil {
+		w := localtime.AnyTime
+		return &w, nil
+	}
+	var d int32
+	if days != nil {
+		d = *days
+	}
+	w, err := localtime.NewWindow(localtime.Weekdays(d), localtime.TimeOfDay(*open), localtime.TimeOfDay(*close))
+	if err != nil {
+		return nil, fmt.Errorf("stored send window: %w", err)
+	}
+	return &w, nil
 }
 
 // Event is one recorded state transition.

@@ -66,6 +66,14 @@ const (
 	// without another send.
 	CodeFoundAtProvider Code = "found_at_provider"
 
+	// CodeWindowClosed: the send window was closed when the reminder was
+	// due (dispatcher: it stays pending, due at the next opening) or about to
+	// be sent (worker: retried at the next opening).
+	CodeWindowClosed Code = "window_closed"
+	// CodeNoWindowBeforeDeadline: the send window does not open again
+	// before the deadline (localtime.ReasonNoWindow).
+	CodeNoWindowBeforeDeadline Code = "no_window_before_deadline"
+
 	CodeDeadlinePassed       Code = "deadline_passed"
 	CodeDispatchLeaseExpired Code = "dispatch_lease_expired"
 	CodeRepublished          Code = "republished"
@@ -145,6 +153,10 @@ var Transitions = slices.Concat(
 			Doc: "due before the run's cutoff: dispatch lease and batch number, then published"},
 		{From: Pending, To: Expired, Actor: Dispatcher, Code: CodeDeadlineBeforeDispatch, Statement: "ClaimDue, ExpireDue",
 			Doc: "due, but its deadline passed before it was claimed"},
+		{From: Pending, To: Pending, Actor: Dispatcher, Code: CodeWindowClosed, Statement: "ClaimDue",
+			Doc: "due, but its send window is closed: due again at the next opening (docs/local-time.md)"},
+		{From: Pending, To: Expired, Actor: Dispatcher, Code: CodeNoWindowBeforeDeadline, Statement: "ClaimDue",
+			Doc: "due, its send window closed, and the next opening is at or after the deadline"},
 		{From: Pending, To: Leased, Actor: Dispatcher, Code: CodeClaimed, Legacy: true,
 			Doc: "the claim of a dispatcher before schema version 7"},
 		{From: Leased, To: Enqueued, Actor: Dispatcher, Code: CodePublishConfirmed, Legacy: true,
@@ -160,6 +172,8 @@ var Transitions = slices.Concat(
 		Doc: "the deadline is reached before the send started (ExpireFenced)"}),
 	each(claimable, Transition{To: Expired, Actor: Worker, Code: CodeNoCapacity, Statement: "SettleQueued",
 		Doc: "no rate-limit capacity before the deadline (ExpireEarly)"}),
+	each(claimable, Transition{To: Expired, Actor: Worker, Code: CodeNoWindowBeforeDeadline, Statement: "SettleQueued",
+		Doc: "its send window is closed and does not open again before the deadline (ExpireNoWindow)"}),
 	each(claimable, Transition{To: Quarantined, Actor: Worker, Code: CodePoisonMessage, Statement: "SettleQueued",
 		Doc: "the message keeps failing its consumer: dead-lettered, parked for an operator (Quarantine)"}),
 	[]Transition{
@@ -177,6 +191,10 @@ var Transitions = slices.Concat(
 			Doc: "the deadline was reached, or came within the deadline margin, between the claim and the request leaving (nothing sent)"},
 		{From: Sending, To: Expired, Actor: Worker, Code: CodeNoCapacity, Statement: "RecordOutcomes",
 			Doc: "the send slot was missed and no capacity is left before the deadline (nothing sent)"},
+		{From: Sending, To: Retrying, Actor: Worker, Code: CodeWindowClosed, Statement: "RecordOutcomes",
+			Doc: "the send window closed between the claim and the send (a slot wait): retried at the next opening (nothing sent)"},
+		{From: Sending, To: Expired, Actor: Worker, Code: CodeNoWindowBeforeDeadline, Statement: "RecordOutcomes",
+			Doc: "the send window closed before the send, and does not open again before the deadline (nothing sent)"},
 		{From: Sending, To: Quarantined, Actor: Worker, Code: CodeSendPanicked, Statement: "RecordOutcomes",
 			Doc: "the send panicked: parked for an operator"},
 		{From: Sending, To: Delivered, Actor: Worker, Code: CodeFoundAtProvider, Statement: "RecordOutcomes",

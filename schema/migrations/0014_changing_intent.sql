@@ -85,12 +85,15 @@ BEGIN
     IF refused IS NOT NULL THEN
         RETURN ROW(r.id, r.key, refused, r.state)::nudge_change;
     END IF;
-    IF r.due_at = p_due_at AND r.deadline = p_deadline THEN
+    -- The due time asked for (requested_due_at, schema 13), not the one the
+    -- dispatcher may have moved to a send window's opening.
+    IF coalesce(r.requested_due_at, r.due_at) = p_due_at AND r.deadline = p_deadline THEN
         RETURN ROW(r.id, r.key, 'unchanged', r.state)::nudge_change;
     END IF;
     UPDATE reminders
        SET state = 'pending', fence = fence + 1, lease_until = NULL, next_attempt_at = NULL,
-           due_at = p_due_at, deadline = p_deadline, reason = NULL, updated_at = now()
+           due_at = p_due_at, requested_due_at = NULL, deadline = p_deadline, reason = NULL,
+           updated_at = now()
      WHERE id = r.id;
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     VALUES (r.id, r.state, 'pending', r.fence + 1, p_actor, 'rescheduled', p_reason, now());
