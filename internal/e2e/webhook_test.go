@@ -200,7 +200,8 @@ func TestWebhookCleanupEndToEnd(t *testing.T) {
 	replay := app.sample.Clone(ctx)
 	replay.Body = io.NopCloser(bytes.NewReader(app.sampleBody))
 	require.ErrorIs(t, webhooksig.Verify(app.secret, replay, time.Now().Add(2*time.Minute), time.Minute), webhooksig.ErrStale)
-	forged := httptest.NewRequest(http.MethodDelete, "/learners/0/drafts/1", nil)
+	// Another target than the sample's (which may be any learner's draft).
+	forged := httptest.NewRequest(http.MethodDelete, app.sample.URL.Path+"/forged", nil)
 	forged.Header.Set(webhooksig.IdempotencyHeader, app.sample.Header.Get(webhooksig.IdempotencyHeader))
 	forged.Header.Set(webhooksig.SignatureHeader, app.sample.Header.Get(webhooksig.SignatureHeader))
 	require.ErrorIs(t, webhooksig.Verify(app.secret, forged, time.Now(), time.Minute), webhooksig.ErrMismatch,
