@@ -22,6 +22,7 @@ import (
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -228,6 +229,19 @@ func writers() []writer {
 					for _, key := range f.keys() {
 						_, err := intake.RescheduleTo(ctx, f.db.Pool, "acme", key, tNow.Add(time.Hour), tNow.Add(2*time.Hour),
 							"app", "moved")
+						require.NoError(t, err)
+					}
+				}
+			})},
+		{file: migrationsFile, name: "nudge_reschedule_window", actors: []reminder.Actor{reminder.Intake},
+			// Twice: the second run of the same times and window changes nothing.
+			runs: one("", func(t *testing.T, f *fixture) {
+				w, err := localtime.ParseWindow("mon-fri 08:00-21:00")
+				require.NoError(t, err)
+				for range 2 {
+					for _, key := range f.keys() {
+						_, err := intake.RescheduleWindow(ctx, f.db.Pool, "acme", key, tNow.Add(time.Hour),
+							tNow.Add(2*time.Hour), &w, "app", "moved")
 						require.NoError(t, err)
 					}
 				}

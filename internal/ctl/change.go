@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -75,8 +76,8 @@ func (c *changeFlags) run(cmd *cobra.Command, connect connector, args []string, 
 
 func rescheduleCmd(connect connector) *cobra.Command {
 	var (
-		c               changeFlags
-		dueAt, deadline string
+		c                       changeFlags
+		dueAt, deadline, window string
 	)
 	cmd := &cobra.Command{
 		Use:   "reschedule [ID]",
@@ -92,8 +93,20 @@ func rescheduleCmd(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			setWindow := cmd.Flags().Changed("window")
+			var w *localtime.Window
+			if setWindow && window != "policy" {
+				parsed, err := localtime.ParseWindow(window)
+				if err != nil {
+					return usage(fmt.Errorf("--window: %w", err))
+				}
+				w = &parsed
+			}
 			return c.run(cmd, connect, args, "rescheduled",
 				func(ctx context.Context, pool *pgxpool.Pool, r reminder.Reminder) (intake.Change, error) {
+					if setWindow {
+						return intake.RescheduleWindow(ctx, pool, r.Tenant, r.Key, due, dl, w, c.actor, c.reason)
+					}
 					return intake.RescheduleTo(ctx, pool, r.Tenant, r.Key, due, dl, c.actor, c.reason)
 				})
 		},
@@ -102,6 +115,8 @@ func rescheduleCmd(connect connector) *cobra.Command {
 	c.register(f, "rescheduled by operator")
 	f.StringVar(&dueAt, "due-at", "", "new earliest send time (RFC 3339, now, now+2h; required)")
 	f.StringVar(&deadline, "deadline", "", "new business deadline (RFC 3339, now, now+2h; required)")
+	f.StringVar(&window, "window", "", `new send window in the recipient's zone ("mon-fri 08:00-21:00", "any"), or "policy" `+
+		"for none of its own (the tenant's policy for the channel); absent: the window is kept")
 	return cmd
 }
 

@@ -28,10 +28,27 @@ func TestRescheduleAndUpdate(t *testing.T) {
 	require.NoError(t, res.err)
 	require.Equal(t, fmt.Sprintf("reminder %d unchanged: it already is as asked\n", id), res.stdout)
 
+	// A new send window with the same times is a change; "policy" clears it.
+	res = b.run("reschedule", strconv.FormatInt(id, 10), "--due-at", due, "--deadline", deadline,
+		"--window", "mon-fri 08:00-21:00")
+	require.NoError(t, res.err, res.stderr)
+	require.Contains(t, res.stdout, fmt.Sprintf("reminder %d rescheduled", id))
+	r, err := intake.Get(ctx, b.db.Pool, id)
+	require.NoError(t, err)
+	require.NotNil(t, r.Window)
+	require.Equal(t, "mon-fri 08:00-21:00", r.Window.String())
+	res = b.run("reschedule", strconv.FormatInt(id, 10), "--due-at", due, "--deadline", deadline, "--window", "policy")
+	require.NoError(t, res.err, res.stderr)
+	r, err = intake.Get(ctx, b.db.Pool, id)
+	require.NoError(t, err)
+	require.Nil(t, r.Window)
+	require.ErrorContains(t, b.run("reschedule", strconv.FormatInt(id, 10), "--due-at", due, "--deadline", deadline,
+		"--window", "8-9pm").err, "--window")
+
 	res = b.run("update", strconv.FormatInt(id, 10), "--recipient", "ada@example.org", "--data", `{"course":"Go 102"}`)
 	require.NoError(t, res.err)
 	require.Contains(t, res.stdout, fmt.Sprintf("reminder %d updated", id))
-	r, err := intake.Get(ctx, b.db.Pool, id)
+	r, err = intake.Get(ctx, b.db.Pool, id)
 	require.NoError(t, err)
 	require.Equal(t, "ada@example.org", r.Recipient)
 	require.Equal(t, "course-expiry", r.Template)
@@ -40,7 +57,7 @@ func TestRescheduleAndUpdate(t *testing.T) {
 	show := b.run("show", strconv.FormatInt(id, 10))
 	require.NoError(t, show.err)
 	require.Regexp(t, `(?m)^\S+\s+pending\s+pending\s+1\s+ops:alice\s+course moved$`, show.stdout)
-	require.Regexp(t, `(?m)^\S+\s+pending\s+pending\s+2\s+nudgectl:\S*\s+updated by operator$`, show.stdout)
+	require.Regexp(t, `(?m)^\S+\s+pending\s+pending\s+4\s+nudgectl:\S*\s+updated by operator$`, show.stdout)
 
 	for _, tc := range []struct {
 		args []string

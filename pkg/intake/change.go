@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -65,6 +66,27 @@ const MaxCancelPrefix = 10000
 // or AlreadySending. Invalid times are a *ValidationError.
 func RescheduleTo(ctx context.Context, q Querier, tenant, key string, dueAt, deadline time.Time, actor, reason string) (Change, error) {
 	c, err := scanChange(q.QueryRow(ctx, query("RescheduleTo"), tenant, key, dueAt, deadline, actor, reason))
+	if err != nil {
+		return c, changeError("rescheduling", tenant, key, err)
+	}
+	return c, nil
+}
+
+// RescheduleWindow is RescheduleTo that also sets the reminder's own send
+// window in the recipient's zone; a nil window clears it, so the tenant's
+// policy for the channel applies again. Unchanged when the times and the
+// window are the ones it has.
+func RescheduleWindow(ctx context.Context, q Querier, tenant, key string, dueAt, deadline time.Time,
+	window *localtime.Window, actor, reason string) (Change, error) {
+	var open, close *string
+	var days *int32
+	if window != nil {
+		o, c := windowColumns(*window)
+		d := int32(window.Days())
+		open, close, days = o, &c, &d
+	}
+	c, err := scanChange(q.QueryRow(ctx, query("RescheduleWindow"), tenant, key, dueAt, deadline, open, close, days,
+		actor, reason))
 	if err != nil {
 		return c, changeError("rescheduling", tenant, key, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -81,4 +82,45 @@ func TestRescheduleToAnswersEveryCase(t *testing.T) {
 	require.ErrorAs(t, err, &verr)
 	require.Equal(t, "deadline", verr.Field)
 	require.Equal(t, "must be after due_at", verr.Reason)
+}
+
+// Issue 14: reschedule with a new send window (and back to the tenant's
+// policy with none), unchanged when asked for what it already has.
+func TestRescheduleWindowSetsAndClearsTheWindow(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	res, err := intake.Schedule(ctx, db.Pool, valid())
+	require.NoError(t, err)
+	key := valid().Key
+	weekdays, err := localtime.ParseWindow("mon-fri 08:00-21:00")
+	require.NoError(t, err)
+
+	c, err := intake.RescheduleWindow(ctx, db.Pool, "acme", key, due, deadline, &weekdays, "test", "quiet hours")
+	require.NoError(t, err)
+	require.Equal(t, intake.Change{ID: res.ID, Key: key, Status: intake.Changed, State: reminder.Pending}, c)
+	r, err := intake.Get(ctx, db.Pool, res.ID)
+	require.NoError(t, err)
+	require.NotNil(t, r.Window)
+	require.Equal(t, weekdays.String(), r.Window.String())
+
+	c, err = intake.RescheduleWindow(ctx, db.Pool, "acme", key, due, deadline, &weekdays, "test", "again")
+	require.NoError(t, err)
+	require.Equal(t, intake.Unchanged, c.Status, "the same times and window")
+
+	c, err = intake.RescheduleWindow(ctx, db.Pool, "acme", key, due, deadline, nil, "test", "policy")
+	require.NoError(t, err)
+	require.Equal(t, intake.Changed, c.Status)
+	r, err = intake.Get(ctx, db.Pool, res.ID)
+	require.NoError(t, err)
+	require.Nil(t, r.Window, "no window of its own: the tenant's policy applies")
+	require.Equal(t, reminder.CodeRescheduled, lastCode(t, ctx, db, res.ID))
+}
+
+func lastCode(t *testing.T, ctx context.Context, db *testenv.DB, id int64) reminder.Code {
+	t.Helper()
+	evs, err := intake.Events(ctx, db.Pool, id)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	return evs[len(evs)-1].Code
 }

@@ -103,3 +103,6 @@ SELECT count(*) FILTER (WHERE state <> 'sending'), count(*) FILTER (WHERE state 
   FROM reminders
  WHERE tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)
    AND state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined');
+
+-- name: RescheduleWindow
+SELECT id, key, status, state FROM nudge_reschedule_window($1, $2, $3, $4, $5::time, $6::time, $7, $8, $9);

@@ -144,7 +144,7 @@ var Transitions = slices.Concat(
 	},
 	each(open, Transition{To: Canceled, Actor: Intake, Code: CodeCanceled, Statement: "nudge_cancel, nudge_cancel_prefix",
 		Doc: "the application or an operator cancels, by key or by key prefix; never while sending"}),
-	each(open, Transition{To: Pending, Actor: Intake, Code: CodeRescheduled, Statement: "nudge_reschedule, nudge_reschedule_to",
+	each(open, Transition{To: Pending, Actor: Intake, Code: CodeRescheduled, Statement: "nudge_reschedule, nudge_reschedule_to, nudge_reschedule_window",
 		Doc: "new due time and deadline, under a new fence; never while sending"}),
 	each(open, Transition{To: Pending, Actor: Intake, Code: CodeUpdated, Statement: "nudge_update",
 		Doc: "new content (recipient, template, data) under a new fence, times kept: a queued message of the old content is discarded; never while sending"}),
