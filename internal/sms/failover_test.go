@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/clock"
@@ -186,4 +187,39 @@ func TestFailoverWithoutSharedStateSendsNothing(t *testing.T) {
 	requireSendError(t, err, provider.Retryable, provider.CodeNotStarted)
 	require.ErrorIs(t, err, sms.ErrNoShared)
 	require.Zero(t, b.fake.Stats().Attempts)
+}
+
+// --sms-providers builds a Failover over the listed adapters, each from its
+// own flags; without it, --sms-api's adapter alone.
+func TestFlagsBuildTheFailoverList(t *testing.T) {
+	t.Parallel()
+	parse := func(args ...string) *sms.Flags {
+		var f sms.Flags
+		fs := pflag.NewFlagSet("sms-worker", pflag.ContinueOnError)
+		f.Register(fs)
+		require.NoError(t, fs.Parse(args))
+		return &f
+	}
+	f := parse("--sms-providers", "twilio,generic", "--twilio-account-sid", "AC00000000000000000000000000000abc",
+		"--twilio-auth-token", "t", "--twilio-from", "+15005550006", "--sms-url", "http://127.0.0.1:9026",
+		"--sms-failover-after", "2", "--sms-failover-probe", "5s")
+	require.Equal(t, []string{"twilio", "generic"}, f.APIs())
+	require.Equal(t, "http://127.0.0.1:9026", f.URL("generic"))
+	require.Equal(t, sms.DefaultTwilioURL, f.URL("twilio"))
+	require.Equal(t, 2, f.Failover.After)
+	require.Equal(t, 5*time.Second, f.Failover.ProbeEvery)
+	s, err := f.Sender(sms.DefaultTemplates(), time.Second)
+	require.NoError(t, err)
+	fo, ok := s.(*sms.Failover)
+	require.True(t, ok, "got %T", s)
+	require.Equal(t, []string{"twilio", "generic"}, fo.Providers())
+
+	s, err = parse().Sender(sms.DefaultTemplates(), time.Second)
+	require.NoError(t, err)
+	require.IsType(t, &sms.Client{}, s, "no list: the generic adapter alone")
+
+	_, err = parse("--sms-providers", "generic,carrier-pigeon").Sender(sms.DefaultTemplates(), time.Second)
+	require.ErrorIs(t, err, sms.ErrInvalidConfig)
+	_, err = parse("--sms-providers", "generic,generic").Sender(sms.DefaultTemplates(), time.Second)
+	require.ErrorIs(t, err, sms.ErrInvalidConfig, "a provider listed twice")
 }
