@@ -28,8 +28,13 @@ type FailoverCounts struct {
 // starting the channel on first when it has no row yet.
 func (s *Store) FailoverCurrent(ctx context.Context, channel, first string, now time.Time) (current string, probeAt time.Time, err error) {
 	var at *time.Time
-	err = s.pool.QueryRow(ctx, query("FailoverCurrent"), pgx.NamedArgs{"channel": channel, "first": first, "now": now}).
-		Scan(&current, &at)
+	args := pgx.NamedArgs{"channel": channel, "first": first, "now": now}
+	err = s.pool.QueryRow(ctx, query("FailoverCurrent"), args).Scan(&current, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another worker created the row after this statement's snapshot
+		// was taken (its insert waited for that one): read it again.
+		err = s.pool.QueryRow(ctx, query("FailoverCurrent"), args).Scan(&current, &at)
+	}
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("reading the %s provider in use: %w", channel, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/store"
@@ -54,7 +55,7 @@ func TestFailoverSharedState(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ok, err := b.st.FailoverSwitch(ctx, "sms", "a", "b", now, now.Add(10*time.Second))
-			require.NoError(t, err)
+			assert.NoError(t, err)
 			if ok {
 				mu.Lock()
 				switched++
@@ -92,4 +93,28 @@ func TestFailoverSharedState(t *testing.T) {
 	ok, err = b.st.FailoverClaimProbe(ctx, "sms", "a", now.Add(time.Hour), now.Add(2*time.Hour))
 	require.NoError(t, err)
 	require.False(t, ok, "nothing to probe on the first provider")
+}
+
+// Regression: workers starting together each create the channel's row; the
+// ones whose insert waited for another's used to find no row at all.
+func TestFailoverCurrentFromWorkersStartingTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for round := range 5 {
+		channel := "sms-" + string(rune('a'+round))
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cur, _, err := b.st.FailoverCurrent(ctx, channel, "twilio", b.clock.Now())
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.Equal(t, "twilio", cur)
+			}()
+		}
+		wg.Wait()
+	}
 }
