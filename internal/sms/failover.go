@@ -279,7 +279,9 @@ func (f *Failover) probe(ctx context.Context, msg provider.Message, cur string, 
 	first := f.first()
 	won, err := f.shared.FailoverClaimProbe(ctx, f.cfg.Channel, first, now, now.Add(f.cfg.ProbeEvery))
 	if err != nil || !won {
-		f.remember(cur, now.Add(f.cfg.ProbeEvery), now)
+		// Another worker probed, or the fleet is back on the first
+		// provider: this worker's read is stale.
+		f.forget()
 		return "", false, nil
 	}
 	id, err = f.get(first).Looker.Send(ctx, msg)
