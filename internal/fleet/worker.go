@@ -35,10 +35,13 @@ type Worker struct {
 	Limits string
 }
 
-// sharedSender is a sender whose choices the fleet shares through
-// PostgreSQL (sms.Failover): Run gives it the store before the worker starts.
+// sharedSender is a sender whose choice of provider the fleet shares
+// through PostgreSQL (sms.Failover): Run gives it the store before the
+// worker starts, and the rate limiter takes the limits of its Current
+// provider.
 type sharedSender interface {
 	Share(s sms.Shared, clk clock.Clock, log zerolog.Logger)
+	Current() string
 }
 
 // RegisterFlags adds every flag a worker binary shares to fs.
@@ -111,6 +114,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	st := store.New(pool).ForChannel(o.Config.Channel)
 	if s, ok := sender.(sharedSender); ok {
 		s.Share(st, env.Clock, env.Log)
+		limiter.UseProviders(func(string) string { return s.Current() })
 	}
 	w, err := worker.New(cfg, worker.Deps{
 		AMQPURL: o.Common.AMQPURL, Topology: o.Common.Topology(), Store: st, Sender: sender,

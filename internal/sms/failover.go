@@ -198,6 +198,18 @@ func (f *Failover) Providers() []string {
 	return names
 }
 
+// Current returns the provider the fleet sends through as this worker last
+// read it (the first provider before any read), without a round trip: the
+// rate limiter takes that provider's limits (ratelimit.Limiter.UseProviders).
+func (f *Failover) Current() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur == "" {
+		return f.first()
+	}
+	return f.cur
+}
+
 func (f *Failover) first() string { return f.providers[0].Name }
 
 // get returns the named provider, or the first when the name is not in the

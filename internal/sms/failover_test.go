@@ -107,6 +107,7 @@ func TestFailoverMovesTheFleetAndComesBack(t *testing.T) {
 		requireSendError(t, err, provider.Retryable, "http_503")
 	}
 	require.Equal(t, "b", fb.current(t), "three 503s in a row, from two workers, move the fleet")
+	require.Equal(t, "b", w1.Current(), "the worker that switched knows at once")
 
 	_, err = w1.Send(ctx, message("k4"))
 	require.NoError(t, err, "the worker that switched sends through b at once")
