@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
@@ -40,7 +41,7 @@ type Worker struct {
 // worker starts, and the rate limiter takes the limits of its Current
 // provider.
 type sharedSender interface {
-	Share(s sms.Shared, clk clock.Clock, log zerolog.Logger)
+	Share(s sms.Shared, clk clock.Clock, log zerolog.Logger, reg prometheus.Registerer)
 	Current() string
 }
 
@@ -113,7 +114,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	cfg.Name = config.Actor(o.Name)
 	st := store.New(pool).ForChannel(o.Config.Channel)
 	if s, ok := sender.(sharedSender); ok {
-		s.Share(st, env.Clock, env.Log)
+		s.Share(st, env.Clock, env.Log, env.Registry)
 		limiter.UseProviders(func(string) string { return s.Current() })
 	}
 	w, err := worker.New(cfg, worker.Deps{

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/nudgehq/nudge/internal/clock"
@@ -153,9 +154,11 @@ type Failover struct {
 	cfg       FailoverConfig
 	providers []Named
 
-	shared Shared
-	clock  clock.Clock
-	log    zerolog.Logger
+	shared   Shared
+	clock    clock.Clock
+	log      zerolog.Logger
+	inUse    *prometheus.GaugeVec
+	switches *prometheus.CounterVec
 
 	mu      sync.Mutex
 	cur     string    // the shared choice as last read
@@ -182,11 +185,37 @@ func NewFailover(cfg FailoverConfig, providers []Named) (*Failover, error) {
 	return &Failover{cfg: cfg.WithDefaults(), providers: providers, clock: clock.Real{}, log: zerolog.Nop()}, nil
 }
 
-// Share gives the Failover the fleet's shared choice, its clock and logger.
-func (f *Failover) Share(s Shared, clk clock.Clock, log zerolog.Logger) {
+// Share gives the Failover the fleet's shared choice, its clock and logger,
+// and registers its metrics on reg (nil: none):
+// nudge_sms_provider_in_use{provider} (1 for the provider this worker last
+// read as the fleet's) and nudge_sms_provider_switches_total{from,to} (the
+// switches this worker made).
+func (f *Failover) Share(s Shared, clk clock.Clock, log zerolog.Logger, reg prometheus.Registerer) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.shared, f.clock, f.log = s, clk, log
+	f.inUse = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nudge_sms_provider_in_use",
+		Help: "1 for the SMS provider the fleet sends through, as this worker last read it (provider failover).",
+	}, []string{"provider"})
+	f.switches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nudge_sms_provider_switches_total",
+		Help: "Switches of the fleet's SMS provider this worker made (provider failover).",
+	}, []string{"from", "to"})
+	if reg != nil {
+		reg.MustRegister(f.inUse, f.switches)
+	}
+}
+
+// setInUse exports cur as the provider in use; f.mu is held.
+func (f *Failover) setInUse(cur string) {
+	for _, p := range f.providers {
+		v := 0.0
+		if p.Name == cur {
+			v = 1
+		}
+		f.inUse.WithLabelValues(p.Name).Set(v)
+	}
 }
 
 // Providers returns the provider names in order of preference.
@@ -242,6 +271,7 @@ func (f *Failover) current(ctx context.Context, now time.Time) (string, bool, er
 			f.log.Warn().Err(err).Str("provider", f.cur).Msg("provider failover: keeping the last known provider")
 		} else {
 			f.cur, f.probeAt, f.readAt = f.get(cur).Name, probeAt, now
+			f.setInUse(f.cur)
 		}
 	}
 	if f.cur == "" {
@@ -255,6 +285,7 @@ func (f *Failover) remember(cur string, probeAt, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cur, f.probeAt, f.readAt = cur, probeAt, now
+	f.setInUse(cur)
 }
 
 // forget makes the next Send read the shared choice again.
@@ -350,6 +381,7 @@ func (f *Failover) move(ctx context.Context, from, to string) {
 		return
 	}
 	f.remember(to, probeAt, now)
+	f.switches.WithLabelValues(from, to).Inc()
 	f.log.Warn().Str("from", from).Str("to", to).Msg("provider failover: the fleet now sends through " + to)
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
@@ -57,6 +58,7 @@ type failoverBundle struct {
 	clock  *clock.Fake
 	cfg    sms.FailoverConfig
 	closeA func()
+	reg    *prometheus.Registry
 }
 
 func failoverSetup(t *testing.T) *failoverBundle {
@@ -69,6 +71,7 @@ func failoverSetup(t *testing.T) *failoverBundle {
 	return &failoverBundle{
 		a: &bundle{fake: fake, url: ts.URL, http: ts.Client()}, closeA: ts.Close, b: setup(t), st: store.New(db.Pool), clock: clock.NewFake(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)),
 		cfg: sms.FailoverConfig{After: 3, ProbeEvery: 10 * time.Second, Cache: time.Second},
+		reg: prometheus.NewRegistry(),
 	}
 }
 
@@ -78,7 +81,7 @@ func (fb *failoverBundle) worker(t *testing.T) *sms.Failover {
 	t.Helper()
 	f, err := sms.NewFailover(fb.cfg, []sms.Named{{Name: "a", Looker: fb.a.client(t, time.Second)}, {Name: "b", Looker: fb.b.client(t, time.Second)}})
 	require.NoError(t, err)
-	f.Share(fb.st, fb.clock, zerolog.Nop())
+	f.Share(fb.st, fb.clock, zerolog.Nop(), fb.reg)
 	return f
 }
 
@@ -96,7 +99,9 @@ func TestFailoverMovesTheFleetAndComesBack(t *testing.T) {
 	t.Parallel()
 	fb := failoverSetup(t)
 	ctx := context.Background()
-	w1, w2 := fb.worker(t), fb.worker(t)
+	w1, w1Reg := fb.worker(t), fb.reg
+	fb.reg = prometheus.NewRegistry() // each worker process has its own
+	w2 := fb.worker(t)
 	require.Equal(t, []string{"a", "b"}, w1.Providers())
 
 	_, err := w1.Send(ctx, message("k0"))
@@ -108,6 +113,7 @@ func TestFailoverMovesTheFleetAndComesBack(t *testing.T) {
 	}
 	require.Equal(t, "b", fb.current(t), "three 503s in a row, from two workers, move the fleet")
 	require.Equal(t, "b", w1.Current(), "the worker that switched knows at once")
+	require.Equal(t, 1.0, sum(t, w1Reg, "nudge_sms_provider_switches_total"), "w1 made the switch")
 
 	_, err = w1.Send(ctx, message("k4"))
 	require.NoError(t, err, "the worker that switched sends through b at once")
@@ -135,6 +141,9 @@ func TestFailoverMovesTheFleetAndComesBack(t *testing.T) {
 	fb.clock.Advance(time.Second)
 	_, err = w2.Send(ctx, message("k9"))
 	require.NoError(t, err)
+	require.Equal(t, 2.0, sum(t, w1Reg, "nudge_sms_provider_switches_total"), "w1 moved the fleet away, then its probe brought it back")
+	require.Zero(t, sum(t, fb.reg, "nudge_sms_provider_switches_total"), "w2 only followed")
+	require.Equal(t, 1.0, sum(t, fb.reg, "nudge_sms_provider_in_use"), "one provider in use")
 
 	var atA, atB []string
 	for _, m := range fb.a.fake.Messages() {
@@ -145,6 +154,23 @@ func TestFailoverMovesTheFleetAndComesBack(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"k0", "k8", "k9"}, atA)
 	require.ElementsMatch(t, []string{"k4", "k5", "k6", "k7"}, atB)
+}
+
+// sum adds up the samples of the metric named name in reg.
+func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var total float64
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
 }
 
 // A lookup goes to the first provider before the second, and a first
