@@ -1,6 +1,7 @@
 // Command sms-worker consumes the SMS queue and sends each reminder through
 // the SMS provider's HTTP API: the generic one (with the reminder's
-// idempotency key) or Twilio's (--sms-api=twilio).
+// idempotency key) or Twilio's (--sms-api=twilio), or through several in
+// order with failover shared by the fleet (--sms-providers twilio,generic).
 package main
 
 import (
@@ -42,8 +43,10 @@ func main() {
 				if err != nil {
 					return nil, nil, fmt.Errorf("--templates: %w", err)
 				}
-				if err := config.CheckSMSURL(smsFlags.URL(), o.Common.AllowInsecureTLS); err != nil {
-					return nil, nil, fmt.Errorf("the %s provider's URL: %w", smsFlags.API, err)
+				for _, api := range smsFlags.APIs() {
+					if err := config.CheckSMSURL(smsFlags.URL(api), o.Common.AllowInsecureTLS); err != nil {
+						return nil, nil, fmt.Errorf("the %s provider's URL: %w", api, err)
+					}
 				}
 				sender, err := smsFlags.Sender(tmpl, o.Config.SendTimeout)
 				if err != nil {

@@ -232,8 +232,13 @@ func checkCompose(file string, cs clis) []error {
 
 // unusedURL reports whether flag is a provider URL that the binary's
 // settings leave unused: the sms-worker speaks one SMS API, and the other's
-// URL (its default, an external host) is never dialled.
+// URL (its default, an external host) is never dialled. With
+// --sms-providers, every listed API's URL is used.
 func unusedURL(r *resolved, flag string) bool {
+	if list := strings.Trim(r.values["sms-providers"], "[] "); r.known["sms-providers"] && list != "" && (flag == "twilio-url" || flag == "sms-url") {
+		api := map[string]string{"twilio-url": "twilio", "sms-url": "generic"}[flag]
+		return !slices.Contains(strings.Split(strings.ReplaceAll(list, " ", ""), ","), api)
+	}
 	api := r.values["sms-api"]
 	switch flag {
 	case "twilio-url":

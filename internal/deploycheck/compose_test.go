@@ -32,6 +32,8 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{Name: "bad SMTP URL", Old: "smtp://mailpit:1025?tls=none", New: "smtp://mailpit:1025?tls=nope", Want: "--smtp-url"},
 		{Name: "URL to no service", Old: "http://fake-sms:9025", New: "http://localhost:9025", Want: `points at "localhost", which is not a service`},
 		{Name: "URL to the wrong port", Old: "http://fake-sms:9025", New: "http://fake-sms:9026", Want: "points at port 9026, but fake-sms listens on 0.0.0.0:9025"},
+		{Name: "failover provider URL to no service", Old: "      NUDGE_SMS_TOKEN: dev-sms-token\n      NUDGE_LISTEN", New: "      NUDGE_SMS_TOKEN: dev-sms-token\n      NUDGE_SMS_PROVIDERS: twilio,generic\n      NUDGE_LISTEN",
+			Want: `--twilio-url (from default) points at "api.twilio.com"`},
 		{Name: "loopback listener", Old: `"--listen", "0.0.0.0:9025"`, New: `"--listen", "127.0.0.1:9025"`, Want: "other containers cannot reach"},
 		{Name: "migrate not awaited", Old: "condition: service_completed_successfully", New: "condition: service_started", Want: "must wait for migrate with condition service_completed_successfully"},
 		{Name: "broker not awaited", Old: "  rabbitmq:\n    condition: service_healthy", New: "  rabbitmq:\n    condition: service_started", Want: "must wait for rabbitmq with condition service_healthy"},

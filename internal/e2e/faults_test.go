@@ -99,9 +99,15 @@ func (f *procFleet) schedule(t *testing.T, ch reminder.Channel, n int) []int64 {
 		}
 		reqs = append(reqs, r)
 	}
+	return f.scheduleAll(t, reqs)
+}
+
+// scheduleAll records reqs and returns their ids.
+func (f *procFleet) scheduleAll(t *testing.T, reqs []intake.Request) []int64 {
+	t.Helper()
 	out, err := intake.ScheduleMany(context.Background(), f.db.Pool, reqs)
 	require.NoError(t, err)
-	ids := make([]int64, n)
+	ids := make([]int64, len(out))
 	for i, o := range out {
 		require.NoError(t, o.Err)
 		ids[i] = o.ID

@@ -7,13 +7,17 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/ratelimit"
+	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/worker"
 )
@@ -30,6 +34,15 @@ type Worker struct {
 	Listen string
 	// Limits is the fleet-wide rate limits file (empty: none).
 	Limits string
+}
+
+// sharedSender is a sender whose choice of provider the fleet shares
+// through PostgreSQL (sms.Failover): Run gives it the store before the
+// worker starts, and the rate limiter takes the limits of its Current
+// provider.
+type sharedSender interface {
+	Share(s sms.Shared, clk clock.Clock, log zerolog.Logger, reg prometheus.Registerer)
+	Current() string
 }
 
 // RegisterFlags adds every flag a worker binary shares to fs.
@@ -99,8 +112,13 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	}
 	cfg := o.Config
 	cfg.Name = config.Actor(o.Name)
+	st := store.New(pool).ForChannel(o.Config.Channel)
+	if s, ok := sender.(sharedSender); ok {
+		s.Share(st, env.Clock, env.Log, env.Registry)
+		limiter.UseProviders(func(string) string { return s.Current() })
+	}
 	w, err := worker.New(cfg, worker.Deps{
-		AMQPURL: o.Common.AMQPURL, Topology: o.Common.Topology(), Store: store.New(pool).ForChannel(o.Config.Channel), Sender: sender,
+		AMQPURL: o.Common.AMQPURL, Topology: o.Common.Topology(), Store: st, Sender: sender,
 		Keys: keys, Clock: env.Clock, Log: env.Log, Metrics: metrics.NewFor(env.Registry, metrics.Worker, string(o.Config.Channel)), Limiter: limiter,
 		DeclareTopology: o.Common.DeclareTopology, PublishTimeout: o.Common.PublishTimeout,
 	})

@@ -57,6 +57,17 @@ type ChannelLimits struct {
 	// applies to tenants not named. No entry and no default: tenants are
 	// limited only by the account.
 	Tenants map[string]Limit `json:"tenants"`
+	// Providers maps a provider of the channel's failover list (sms-worker
+	// --sms-providers: "twilio", "generic") to its own account and limit,
+	// used while the fleet sends through it; a provider not named uses the
+	// channel's. Optional: a file without it means what it meant before.
+	Providers map[string]ProviderLimits `json:"providers,omitempty"`
+}
+
+// ProviderLimits are one provider's account and limit.
+type ProviderLimits struct {
+	Account string `json:"account"`
+	Limit
 }
 
 // Config is a versioned limits file.
@@ -124,6 +135,14 @@ func (c Config) Validate() error {
 				return err
 			}
 		}
+		for name, pl := range cl.Providers {
+			if pl.Account == "" {
+				return fmt.Errorf("rate limits: %s.providers.%s.account is required", prefix, name)
+			}
+			if err := pl.Limit.validate(prefix + ".providers." + name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -165,6 +184,23 @@ func (l Limit) effectiveBurst() int {
 type Limiter struct {
 	db  pg.Querier
 	cfg atomic.Pointer[Config]
+	// provider names a channel's provider in use (nil: none named).
+	provider func(channel string) string
+}
+
+// UseProviders makes Acquire take the limits of the provider current names
+// for the channel, where the limits file has some (ChannelLimits.Providers).
+// Call it before the first Acquire.
+func (l *Limiter) UseProviders(current func(channel string) string) { l.provider = current }
+
+// account returns the account and limit of the channel's provider in use.
+func (l *Limiter) account(channel string, cl ChannelLimits) (string, Limit) {
+	if l.provider != nil && len(cl.Providers) > 0 {
+		if pl, ok := cl.Providers[l.provider(channel)]; ok {
+			return pl.Account, pl.Limit
+		}
+	}
+	return cl.Account, cl.Limit
 }
 
 // New returns a limiter for cfg.
@@ -219,6 +255,7 @@ func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant st
 	if !ok || want <= 0 {
 		return Grant{Unlimited: true}, nil
 	}
+	account, limit := l.account(channel, cl)
 	var capRate *float64
 	flowBurst := 1
 	if tl, ok := cl.Tenants[tenant]; ok {
@@ -230,7 +267,7 @@ func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant st
 	var next, queue time.Time
 	if err := l.db.QueryRow(ctx, `SELECT slots, share, next_at, queue_at
 		  FROM nudge_rate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-		cl.Account, cl.Rate, cl.effectiveBurst(), channel+":"+tenant, capRate, flowBurst,
+		account, limit.Rate, limit.effectiveBurst(), channel+":"+tenant, capRate, flowBurst,
 		want, min(max(fresh, 0), want), now, Lead, Horizon, Active, Bank,
 	).Scan(&g.Slots, &g.Share, &next, &queue); err != nil {
 		return Grant{}, fmt.Errorf("reserving %d %s slots for %s: %w", want, channel, tenant, err)
@@ -238,7 +275,7 @@ func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant st
 	g.NextAt, g.QueueAt = next, queue
 	// Turns follow at the most the flow could get, so that a share that
 	// grows (other tenants finish) is used: see nudge_rate_reserve.
-	most := cl.Rate
+	most := limit.Rate
 	if capRate != nil {
 		most = min(most, *capRate)
 	}

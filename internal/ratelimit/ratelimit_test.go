@@ -32,6 +32,10 @@ func TestParseNamesTheOffendingKey(t *testing.T) {
 			"channels.sms.tenants.acme.rate"},
 		{`{"channels":{"sms":{"account":"a","rate":5,"burst":1}}}`, "version is required"},
 		{`{"version":"1","chanels":{}}`, `unknown field "chanels"`},
+		{`{"version":"1","channels":{"sms":{"account":"a","rate":5,"burst":1,"providers":{"twilio":{"rate":5,"burst":1}}}}}`,
+			"channels.sms.providers.twilio.account"},
+		{`{"version":"1","channels":{"sms":{"account":"a","rate":5,"burst":1,"providers":{"twilio":{"account":"t","rate":5,"burst":0}}}}}`,
+			"channels.sms.providers.twilio.burst"},
 	} {
 		_, err := ratelimit.Parse([]byte(tc.file))
 		require.ErrorContains(t, err, tc.want, tc.file)
@@ -83,6 +87,39 @@ func TestReserveSlotsIsGCRAWithinTheHorizon(t *testing.T) {
 	g, err = l.Acquire(ctx, t0, "email", "x", 1000, 1000)
 	require.NoError(t, err)
 	require.Equal(t, 1000, g.Granted(1000))
+}
+
+// Each provider of a failover list keeps its own account and limit: while
+// the fleet sends through twilio its slots come from twilio's account,
+// generic's stay untouched, and a provider the file does not name uses the
+// channel's.
+func TestAcquireTakesTheLimitsOfTheProviderInUse(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"sms":{"account":"acct","rate":10,"burst":4,
+		"providers":{"twilio":{"account":"twilio-main","rate":10,"burst":2},"generic":{"account":"generic-main","rate":10,"burst":4}}}}}`))
+	require.NoError(t, err)
+	l := ratelimit.New(db.Pool, cfg)
+	current := "twilio"
+	l.UseProviders(func(channel string) string {
+		require.Equal(t, "sms", channel)
+		return current
+	})
+	t0 := time.Date(2026, 8, 12, 9, 0, 0, 0, time.UTC)
+	slots := func() int {
+		g, err := l.Acquire(ctx, t0, "sms", "acme", 10, 10)
+		require.NoError(t, err)
+		return len(g.Slots)
+	}
+	atTwilio := slots()
+	require.Positive(t, atTwilio)
+	require.Zero(t, slots(), "twilio's account has nothing more to give at t0")
+	current = "generic"
+	atGeneric := slots()
+	require.Greater(t, atGeneric, atTwilio, "generic's own account (burst 4), untouched by twilio's sends")
+	current = "carrier-pigeon"
+	require.Greater(t, slots(), 0, "a provider the file does not name uses the channel's account")
 }
 
 // Flows that keep asking share the account max-min fairly, whatever they

@@ -21,9 +21,14 @@ const (
 // the settings of each.
 type Flags struct {
 	// API is APIGeneric or APITwilio.
-	API     string
-	Generic Config
-	Twilio  TwilioConfig
+	API string
+	// Providers lists APIs in order of preference for failover
+	// (--sms-providers twilio,generic); empty: API alone, no failover.
+	Providers []string
+	// Failover is when the fleet moves between Providers.
+	Failover FailoverConfig
+	Generic  Config
+	Twilio   TwilioConfig
 	// TwilioTokenFile names a file holding the auth token (trailing
 	// whitespace ignored), an alternative to --twilio-auth-token that keeps
 	// the token out of the environment (a mounted Kubernetes secret).
@@ -33,6 +38,17 @@ type Flags struct {
 // Register adds the flags to fs.
 func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.API, "sms-api", APIGeneric, "SMS provider API: generic (POST URL/v1/messages with Idempotency-Key) or twilio")
+	fs.StringSliceVar(&f.Providers, "sms-providers", nil,
+		"SMS providers in order of preference, for failover shared by the fleet (e.g. twilio,generic; each configured by its own flags); empty: --sms-api alone")
+	fs.IntVar(&f.Failover.After, "sms-failover-after", DefaultFailoverAfter,
+		"failover: consecutive retryable failures (5xx, 429, timeouts) at the current provider that move the fleet to the next")
+	fs.Float64Var(&f.Failover.ErrorRate, "sms-failover-error-rate", 0,
+		"failover: share of retryable failures in the window that moves the fleet (0: no rate rule)")
+	fs.DurationVar(&f.Failover.Window, "sms-failover-window", DefaultFailoverWindow, "failover: the error-rate window")
+	fs.IntVar(&f.Failover.MinSends, "sms-failover-min-sends", DefaultFailoverMin,
+		"failover: sends the window needs before the error rate applies")
+	fs.DurationVar(&f.Failover.ProbeEvery, "sms-failover-probe", DefaultFailoverProbe,
+		"failover: away from the first provider, how often one worker of the fleet sends through it as a probe")
 	fs.StringVar(&f.Generic.URL, "sms-url", "http://127.0.0.1:9025", "generic API: base URL; messages are POSTed to URL/v1/messages")
 	fs.StringVar(&f.Generic.Token, "sms-token", "", "generic API: bearer token")
 	fs.StringVar(&f.Generic.Sender, "sms-sender", "", "generic API: sender id or number (empty: the provider's default)")
@@ -47,18 +63,43 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 		"twilio: status callback URL for delivery reports (empty: none); nudge_ref=REF is added to its query")
 }
 
-// URL is the URL of the chosen API, for the transport checks.
-func (f *Flags) URL() string {
-	if f.API == APITwilio {
+// APIs returns the APIs in use: Providers, or API alone.
+func (f *Flags) APIs() []string {
+	if len(f.Providers) > 0 {
+		return f.Providers
+	}
+	return []string{f.API}
+}
+
+// URL is the URL of an API, for the transport checks.
+func (f *Flags) URL(api string) string {
+	if api == APITwilio {
 		return f.Twilio.URL
 	}
 	return f.Generic.URL
 }
 
-// Sender builds the adapter --sms-api chooses, with templates and the
-// request timeout.
+// Sender builds the adapter --sms-api chooses, or a Failover over the
+// adapters --sms-providers lists, with templates and the request timeout.
+// A Failover must be given the fleet's shared state (Share) before it sends.
 func (f *Flags) Sender(templates *Templates, timeout time.Duration) (provider.Looker, error) {
-	switch f.API {
+	if len(f.Providers) == 0 {
+		return f.adapter(f.API, templates, timeout)
+	}
+	named := make([]Named, len(f.Providers))
+	for i, api := range f.Providers {
+		l, err := f.adapter(api, templates, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("--sms-providers: %w", err)
+		}
+		named[i] = Named{Name: api, Looker: l}
+	}
+	return NewFailover(f.Failover, named)
+}
+
+// adapter builds the adapter of one API.
+func (f *Flags) adapter(api string, templates *Templates, timeout time.Duration) (provider.Looker, error) {
+	switch api {
 	case APIGeneric, "":
 		cfg := f.Generic
 		cfg.Templates, cfg.Timeout = templates, timeout
@@ -78,5 +119,5 @@ func (f *Flags) Sender(templates *Templates, timeout time.Duration) (provider.Lo
 		}
 		return NewTwilio(cfg)
 	}
-	return nil, fmt.Errorf("%w: --sms-api must be %s or %s, got %q", ErrInvalidConfig, APIGeneric, APITwilio, f.API)
+	return nil, fmt.Errorf("%w: an SMS API must be %s or %s, got %q", ErrInvalidConfig, APIGeneric, APITwilio, api)
 }

@@ -442,3 +442,48 @@ SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at
      OR a.result = 'unknown'
      OR (a.result IS NULL AND a.outcome = 'retryable' AND a.error ~ '\((timeout|network|unknown|canceled)\)'))
  ORDER BY a.reminder_id, a.id;
+
+-- name: FailoverCurrent
+-- The channel's provider in use and when its next probe of the first
+-- provider is due, creating the row on the first provider when there is none.
+WITH ins AS (
+    INSERT INTO provider_failover (channel, current, window_start, chosen_at)
+    VALUES (@channel, @first, @now, @now)
+    ON CONFLICT (channel) DO NOTHING
+    RETURNING current, probe_at
+)
+SELECT current, probe_at FROM ins
+UNION ALL
+SELECT current, probe_at FROM provider_failover WHERE channel = @channel AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: FailoverCount
+-- Counts one send's result against the provider, if it is still the
+-- channel's current one (a report from a worker that has not yet seen a
+-- switch changes nothing), restarting the error-rate window when it is over,
+-- and returns the counts the failover decision reads.
+UPDATE provider_failover
+   SET failures = CASE WHEN @failed::boolean THEN failures + 1 ELSE 0 END,
+       window_start = CASE WHEN window_start + @window::interval <= @now THEN @now ELSE window_start END,
+       window_sends = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_sends END + 1,
+       window_failures = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_failures END
+                         + CASE WHEN @failed::boolean THEN 1 ELSE 0 END
+ WHERE channel = @channel AND current = @provider
+RETURNING failures, window_sends, window_failures;
+
+-- name: FailoverSwitch
+-- Moves the channel from one provider to another, only if it is still on
+-- the first (of two workers that decide at once, one switches), with fresh
+-- counts and the given next probe time (NULL back on the first provider).
+UPDATE provider_failover
+   SET current = @to, failures = 0, window_start = @now, window_sends = 0, window_failures = 0,
+       chosen_at = @now, probe_at = @probe_at
+ WHERE channel = @channel AND current = @from
+RETURNING current;
+
+-- name: FailoverClaimProbe
+-- Takes the channel's due probe of its first provider: one worker of the
+-- fleet wins it (its row comes back) and pushes the next one out.
+UPDATE provider_failover
+   SET probe_at = @next
+ WHERE channel = @channel AND current <> @first AND probe_at <= @now
+RETURNING current;
