@@ -442,3 +442,13 @@ SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at
      OR a.result = 'unknown'
      OR (a.result IS NULL AND a.outcome = 'retryable' AND a.error ~ '\((timeout|network|unknown|canceled)\)'))
  ORDER BY a.reminder_id, a.id;
+
+-- name: NoteEvents
+-- Notes (reminder.Notes: events that are not transitions) on the named
+-- reminders, each with its own reason: from_state = to_state = the state the
+-- row is in, at its current fence. A reminder that does not exist gets
+-- none. Writes no reminders.
+INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+SELECT r.id, r.state, r.state, r.fence, @actor, @code, n.reason, @now
+  FROM unnest(@ids::bigint[], @reasons::text[]) AS n(id, reason)
+  JOIN reminders r ON r.id = n.id;
