@@ -263,6 +263,10 @@ func TestWorkerRoleRunsItsStatementsOnly(t *testing.T) {
 	quarantined, err := st.Quarantine(ctx, b.now, []store.Fenced{fences[parked]}, login, "unverifiable")
 	require.NoError(t, err)
 	require.True(t, quarantined[parked])
+	noted, err := st.NoteEvents(ctx, b.now, reminder.CodeDeadLettered, []int64{parked, 987654321},
+		[]string{"delivered 6 times without an outcome", "no such reminder"}, login)
+	require.NoError(t, err, "a worker notes its dead letters in the timeline")
+	require.EqualValues(t, 1, noted, "only existing reminders are noted")
 
 	for id, want := range map[int64]reminder.State{sent: reminder.Delivered, retried: reminder.Retrying,
 		late: reminder.Expired, parked: reminder.Quarantined} {

@@ -472,8 +472,13 @@ func printReminder(out io.Writer, r reminder.Reminder, evs []reminder.Event, pub
 		if from == "" {
 			from = "-"
 		}
+		to, reason := string(e.To), e.Reason
+		if reminder.IsNote(e.Code) {
+			// Not a transition (a dead letter, a dropped one): say what it is.
+			to, reason = "(no change)", strings.ReplaceAll(string(e.Code), "_", "-")+": "+reason
+		}
 		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d\t%s\t%s\n", e.At.UTC().Format(time.RFC3339Nano), local(e.At),
-			from, e.To, e.Fence, e.Actor, e.Reason)
+			from, to, e.Fence, e.Actor, reason)
 	}
 	return tw.Flush()
 }

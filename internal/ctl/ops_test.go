@@ -209,7 +209,14 @@ func TestDLQReplay(t *testing.T) {
 	require.Zero(t, attempts, "attempts reset")
 	st, _, _ = opstest.State(t, b.db.Pool, late)
 	require.Equal(t, reminder.Quarantined, st, "refused: too close to its deadline")
-	require.Len(t, opstest.Events(t, b.db.Pool, stale), 1, "a stale message's reminder is not touched")
+	st, fence, _ = opstest.State(t, b.db.Pool, stale)
+	require.Equal(t, [2]any{reminder.Pending, int64(4)}, [2]any{st, fence}, "a stale message's reminder is not moved")
+	require.Equal(t, opstest.Event{From: reminder.Pending, To: reminder.Pending, Fence: 4, Actor: "alice",
+		Reason: fmt.Sprintf("dlq replay: fixed the template [attempts reset] (stale: reminder %d is already pending)", stale)},
+		opstest.LastEvent(t, b.db.Pool, stale), "but its timeline notes the drop")
+	shown := b.run("show", fmt.Sprint(stale))
+	require.NoError(t, shown.err)
+	require.Regexp(t, `(?m)^\S+\s+pending\s+\(no change\)\s+4\s+alice\s+dlq-dropped: dlq replay: fixed the template`, shown.stdout)
 	require.Equal(t, []string{m2, noRow}, b.queue(t, reminder.Email))
 	require.Equal(t, []string{
 		fmt.Sprintf("dlq.replay %d %s alice dlq replay: fixed the template [attempts kept]", ok2, m3),

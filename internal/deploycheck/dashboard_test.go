@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -52,6 +53,21 @@ func TestDashboardQueriesNameRealMetrics(t *testing.T) {
 		}
 	}
 	selector := regexp.MustCompile(`nudge_[a-z0-9_]+(\{[^}]*\})?`)
+	// Issue 17: the attempt's hop is shown by channel and outcome (a slow
+	// failure path hides in an all-outcomes p99).
+	byOutcome := regexp.MustCompile(`histogram_quantile\(0\.99, sum by \(([^)]*)\) \(rate\(nudge_hop_latency_seconds_bucket\{[^}]*hop="start_to_terminal"[^}]*\}`)
+	split := false
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			if m := byOutcome.FindStringSubmatch(tg.Expr); m != nil {
+				by := strings.Split(strings.ReplaceAll(m[1], " ", ""), ",")
+				split = split || (slices.Contains(by, "le") && slices.Contains(by, "channel") && slices.Contains(by, "outcome"))
+			}
+		}
+	}
+	if !split {
+		t.Error("no panel shows the p99 of nudge_hop_latency_seconds{hop=\"start_to_terminal\"} by channel and outcome")
+	}
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)

@@ -38,9 +38,16 @@ const (
 	HopClaimToEnqueue = "claim_to_enqueue"
 	// HopEnqueueToStart: enqueued → a worker claimed the attempt.
 	HopEnqueueToStart = "enqueue_to_start"
-	// HopStartToTerminal: the attempt started → the reminder's terminal outcome was recorded.
+	// HopStartToTerminal: the attempt started → its outcome was recorded,
+	// observed under that outcome (HopOutcomes): the reminder's terminal
+	// state, or retrying or quarantined.
 	HopStartToTerminal = "start_to_terminal"
 )
+
+// HopOutcomes are the values of nudge_hop_latency_seconds{outcome} on
+// start_to_terminal: the state the attempt's outcome moved its reminder to.
+// The other hops have outcome "" (none).
+var HopOutcomes = []string{"delivered", "failed", "expired", "retrying", "quarantined"}
 
 // Duplicate kinds, for nudge_duplicates_suppressed_total{kind}.
 const (
@@ -92,9 +99,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		hop: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "nudge_hop_latency_seconds",
-			Help:    "Time a reminder spent on each hop: due_to_claim, claim_to_enqueue, enqueue_to_start, start_to_terminal.",
+			Help:    "Time a reminder spent on each hop: due_to_claim, claim_to_enqueue, enqueue_to_start, start_to_terminal (by outcome: delivered, failed, expired, retrying, quarantined; empty on the other hops).",
 			Buckets: LatencyBuckets,
-		}, []string{"hop", "channel"}),
+		}, []string{"hop", "channel", "outcome"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nudge_outcomes_total",
 			Help: "Terminal outcomes recorded by workers and the reconciler, by channel, outcome (delivered, failed, expired, canceled) and reason code.",
@@ -171,15 +178,17 @@ func NewFor(reg prometheus.Registerer, c Component, channels ...string) *Metrics
 	case Dispatcher:
 		families = []prometheus.Collector{m.hop, m.outcomes, m.misses}
 		for _, ch := range channels {
-			m.hop.WithLabelValues(HopDueToClaim, ch)
-			m.hop.WithLabelValues(HopClaimToEnqueue, ch)
+			m.hop.WithLabelValues(HopDueToClaim, ch, "")
+			m.hop.WithLabelValues(HopClaimToEnqueue, ch, "")
 			m.outcomes.WithLabelValues(ch, "expired", "deadline_before_dispatch")
 		}
 	case Worker:
 		families = []prometheus.Collector{m.hop, m.outcomes, m.misses, m.retries, m.duplicates, m.deferrals, m.deadLettered}
 		for _, ch := range channels {
-			m.hop.WithLabelValues(HopEnqueueToStart, ch)
-			m.hop.WithLabelValues(HopStartToTerminal, ch)
+			m.hop.WithLabelValues(HopEnqueueToStart, ch, "")
+			for _, o := range HopOutcomes {
+				m.hop.WithLabelValues(HopStartToTerminal, ch, o)
+			}
 			m.outcomes.WithLabelValues(ch, "delivered", "delivered")
 			m.outcomes.WithLabelValues(ch, "expired", "deadline")
 			for _, kind := range []string{DupClaim, DupConsume, DupSuperseded, DupStale} {
@@ -216,7 +225,7 @@ func (m *Metrics) Hop(hop, channel string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.hop.WithLabelValues(hop, channel).Observe(max(d, 0).Seconds())
+	m.hop.WithLabelValues(hop, channel, "").Observe(max(d, 0).Seconds())
 }
 
 // HopBetween observes the hop from → to; it does nothing when from is zero.
@@ -225,6 +234,16 @@ func (m *Metrics) HopBetween(hop, channel string, from, to time.Time) {
 		return
 	}
 	m.Hop(hop, channel, to.Sub(from))
+}
+
+// HopEnded observes the start_to_terminal hop from → to of an attempt whose
+// outcome moved its reminder to outcome (one of HopOutcomes); it does
+// nothing when from is zero.
+func (m *Metrics) HopEnded(channel, outcome string, from, to time.Time) {
+	if m == nil || from.IsZero() {
+		return
+	}
+	m.hop.WithLabelValues(HopStartToTerminal, channel, outcome).Observe(max(to.Sub(from), 0).Seconds())
 }
 
 // Outcome counts one terminal outcome (delivered, failed, expired, canceled)

@@ -54,6 +54,8 @@ func TestHelpersRecordOnTheirOwnRegistry(t *testing.T) {
 	m.DeadLettered("email", "unverifiable: message is not signed")
 	m.Hop(metrics.HopDueToClaim, "email", 1500*time.Millisecond)
 	m.HopBetween(metrics.HopEnqueueToStart, "email", time.Time{}, time.Now()) // unknown start: ignored
+	m.HopEnded("sms", "failed", time.Now().Add(-time.Second), time.Now())
+	m.HopEnded("sms", "delivered", time.Time{}, time.Now()) // unknown start: ignored
 	m.ReconcilePass(time.Second, nil, time.Unix(1700000000, 0))
 	m.ReconcilePass(time.Second, errors.New("db down"), time.Unix(1700000100, 0))
 	m.DeadlineMiss("", 4)
@@ -71,7 +73,8 @@ func TestHelpersRecordOnTheirOwnRegistry(t *testing.T) {
 		`nudge_duplicates_suppressed_total{channel="email",kind="consume"}`:                                       1,
 		`nudge_rate_limit_deferrals_total{channel="sms",limit="tenant"}`:                                          1,
 		`nudge_dead_lettered_total{channel="email",reason="unverifiable_message_is_not_signed"}`:                  1,
-		`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim"}`:                                     1,
+		`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim",outcome=""}`:                          1,
+		`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="failed"}`:                 1,
 		`nudge_reconcile_pass_duration_seconds_count{result="ok"}`:                                                1,
 		`nudge_reconcile_pass_duration_seconds_count{result="error"}`:                                             1,
 		`nudge_reconcile_last_success_timestamp_seconds`:                                                          1700000000, // the failed pass did not move it
@@ -80,7 +83,7 @@ func TestHelpersRecordOnTheirOwnRegistry(t *testing.T) {
 		require.Contains(t, vs, k)
 		require.Equal(t, want, vs[k], k)
 	}
-	require.Equal(t, 1, series(vs, "nudge_hop_latency_seconds_count"), "a hop with an unknown start is not observed")
+	require.Equal(t, 2, series(vs, "nudge_hop_latency_seconds_count"), "a hop with an unknown start is not observed")
 }
 
 // A process without metrics calls the same helpers on a nil *Metrics.
@@ -96,6 +99,7 @@ func TestNilMetricsAreANoop(t *testing.T) {
 	m.DeadLettered("email", "x")
 	m.Hop(metrics.HopClaimToEnqueue, "email", time.Second)
 	m.HopBetween(metrics.HopClaimToEnqueue, "email", time.Now(), time.Now())
+	m.HopEnded("email", "delivered", time.Now(), time.Now())
 	m.ReconcilePass(time.Second, nil, time.Now())
 	m.DeadlineMiss("email", 1)
 	m.Retention("events", 1)
@@ -272,7 +276,13 @@ func TestEachComponentExportsWhatItSetsFromTheStart(t *testing.T) {
 		{c: metrics.Worker, channels: []string{"sms"},
 			want: []string{`nudge_deadline_misses_total{channel="sms"}`, `nudge_duplicates_suppressed_total{channel="sms",kind="stale"}`,
 				`nudge_outcomes_total{channel="sms",outcome="delivered",reason="delivered"}`,
-				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal"}`},
+				`nudge_hop_latency_seconds_count{channel="sms",hop="enqueue_to_start",outcome=""}`,
+				// The attempt's hop, split by outcome: every outcome from the start.
+				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="delivered"}`,
+				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="failed"}`,
+				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="expired"}`,
+				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="retrying"}`,
+				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="quarantined"}`},
 			absent: []string{"nudge_reconcile_last_success_timestamp_seconds", "nudge_lease_expirations_total",
 				`nudge_deadline_misses_total{channel="email"}`}},
 		{c: metrics.Reconciler, channels: []string{"email", "sms"},
@@ -281,8 +291,8 @@ func TestEachComponentExportsWhatItSetsFromTheStart(t *testing.T) {
 				`nudge_outcomes_total{channel="sms",outcome="expired",reason="deadline_passed"}`},
 			absent: []string{"nudge_hop_latency_seconds_count", "nudge_retries_total", `nudge_deadline_misses_total{channel=""}`}},
 		{c: metrics.Dispatcher, channels: []string{"email", "sms"},
-			want: []string{`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim"}`,
-				`nudge_hop_latency_seconds_count{channel="sms",hop="claim_to_enqueue"}`, `nudge_deadline_misses_total{channel="sms"}`},
+			want: []string{`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim",outcome=""}`,
+				`nudge_hop_latency_seconds_count{channel="sms",hop="claim_to_enqueue",outcome=""}`, `nudge_deadline_misses_total{channel="sms"}`},
 			absent: []string{"nudge_reconcile_last_success_timestamp_seconds", "nudge_lease_expirations_total"}},
 	} {
 		t.Run(string(tc.c), func(t *testing.T) {

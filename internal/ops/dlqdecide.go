@@ -211,6 +211,8 @@ func DecideDLQ(ctx context.Context, db pg.Beginner, read *DLQRead, now time.Time
 	var actions, msgIDs []string
 	var remIDs []int64
 	var details [][]byte
+	var dropped []int64 // verified, existing reminders whose stale dead letter is dropped
+	var dropDetails []string
 	for i := range res.Items {
 		it := &res.Items[i]
 		if (it.Verdict == VerdictReplay || it.Verdict == VerdictExpire) && !moved[it.Message.ReminderID] {
@@ -226,6 +228,9 @@ func DecideDLQ(ctx context.Context, db pg.Beginner, read *DLQRead, now time.Time
 		msgIDs = append(msgIDs, pgText(it.Message.MessageID))
 		remIDs = append(remIDs, it.Message.ReminderID)
 		details = append(details, auditDetail(it))
+		if it.Verdict == VerdictDrop && it.Message.Verified && it.Message.Row != nil {
+			dropped, dropDetails = append(dropped, it.Message.ReminderID), append(dropDetails, it.Detail)
+		}
 	}
 	if len(ack) > 0 {
 		if _, err := tx.Exec(ctx, query("Audit"), pgx.NamedArgs{
@@ -233,6 +238,16 @@ func DecideDLQ(ctx context.Context, db pg.Beginner, read *DLQRead, now time.Time
 			"actions": actions, "reminder_ids": remIDs, "message_ids": msgIDs, "details": details,
 		}); err != nil {
 			return res, fmt.Errorf("recording the audit trail: %w", err)
+		}
+	}
+	if len(dropped) > 0 {
+		// The audit has every drop; the reminder's own timeline (nudgectl
+		// show) has those of its verified dead letters, as notes.
+		if _, err := tx.Exec(ctx, query("NoteDropped"), pgx.NamedArgs{
+			"now": now, "actor": d.Actor, "reason": d.eventReason("dlq " + string(action) + ": "),
+			"ids": dropped, "details": dropDetails,
+		}); err != nil {
+			return res, fmt.Errorf("noting dropped dead letters: %w", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

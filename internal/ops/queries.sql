@@ -121,6 +121,16 @@ SELECT @now, @actor, a.action, @channel, nullif(a.reminder_id, 0), nullif(a.mess
   FROM unnest(@actions::text[], @reminder_ids::bigint[], @message_ids::text[], @details::jsonb[])
        AS a(action, reminder_id, message_id, detail);
 
+-- name: NoteDropped
+-- A dlq_dropped note (reminder.Notes: not a transition) in the timeline of
+-- each existing reminder whose stale dead letter a decision dropped, with the
+-- decision's reason and the verdict's detail: from_state = to_state = its
+-- state, at its fence. Writes no reminders.
+INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+SELECT r.id, r.state, r.state, r.fence, @actor, 'dlq_dropped', @reason || ' (' || d.detail || ')', @now
+  FROM unnest(@ids::bigint[], @details::text[]) AS d(id, detail)
+  JOIN reminders r ON r.id = d.id;
+
 -- name: StatsCounts
 -- Counts by channel × state and by tenant × state, in one scan.
 SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), state, count(*)
@@ -153,6 +163,7 @@ UNION ALL
 SELECT r.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), count(*)
   FROM reminder_events e JOIN reminders r ON r.id = e.reminder_id
  WHERE e.to_state = 'quarantined' AND e.at >= @day_ago AND e.at <= @now
+   AND e.from_state IS DISTINCT FROM e.to_state -- not a note (reminder.Notes)
  GROUP BY r.channel;
 
 -- name: StatsRecent
@@ -255,4 +266,8 @@ SELECT floor(extract(epoch FROM (@now::timestamptz - e.at)) / 60)::int AS ago,
   FROM reminder_events e
  WHERE e.id > (SELECT coalesce(max(id), 0) FROM reminder_events) - @scan
    AND e.at > @now::timestamptz - interval '1 hour' AND e.at <= @now::timestamptz
+   -- Notes (reminder.Notes: a dead letter, a dropped one) are not
+   -- transitions: their from_state = to_state. No transition counted here
+   -- keeps its state (pending → pending on a closed window is not counted).
+   AND e.from_state IS DISTINCT FROM e.to_state
  GROUP BY 1;

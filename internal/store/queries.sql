@@ -487,3 +487,13 @@ UPDATE provider_failover
    SET probe_at = @next
  WHERE channel = @channel AND current <> @first AND probe_at <= @now
 RETURNING current;
+
+-- name: NoteEvents
+-- Notes (reminder.Notes: events that are not transitions) on the named
+-- reminders, each with its own reason: from_state = to_state = the state the
+-- row is in, at its current fence. A reminder that does not exist gets
+-- none. Writes no reminders.
+INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+SELECT r.id, r.state, r.state, r.fence, @actor, @code, n.reason, @now
+  FROM unnest(@ids::bigint[], @reasons::text[]) AS n(id, reason)
+  JOIN reminders r ON r.id = n.id;

@@ -36,6 +36,8 @@ type fakeStore struct {
 	outcomes []store.Outcome
 	// unknown are attempts of unknown outcome, by reminder (lookup_test.go).
 	unknown map[int64][]store.UnknownAttempt
+	// notes are the reasons of the notes written, by reminder.
+	notes map[int64][]string
 }
 
 var errNotFaked = errors.New("not in this fake")
@@ -145,6 +147,22 @@ func (s *fakeStore) UnknownAttempts(_ context.Context, ids, except []int64) (map
 
 func (s *fakeStore) FoundAtProvider(_ context.Context, _ time.Time, fs []store.Fenced, _, _ string) (map[int64]bool, error) {
 	return s.move(fs, reminder.Delivered)
+}
+
+func (s *fakeStore) NoteEvents(_ context.Context, _ time.Time, _ reminder.Code, ids []int64, reasons []string, _ string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.notes == nil {
+		s.notes = map[int64][]string{}
+	}
+	var n int64
+	for i, id := range ids {
+		if _, ok := s.rows[id]; ok {
+			s.notes[id] = append(s.notes[id], reasons[i])
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (s *fakeStore) state(id int64) reminder.State {

@@ -38,6 +38,9 @@ type Store interface {
 	// FoundAtProvider records waiting reminders delivered: the provider
 	// holds an earlier attempt's message.
 	FoundAtProvider(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
+	// NoteEvents appends a note (an event that is not a transition) to the
+	// timelines of the existing reminders among ids.
+	NoteEvents(ctx context.Context, now time.Time, code reminder.Code, ids []int64, reasons []string, actor string) (int64, error)
 }
 
 var _ Store = (*store.Store)(nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // retryMessage seals a copy of the item's message under fence for the retry
@@ -91,6 +92,10 @@ func (w *Worker) deferMany(ctx context.Context, its []*item, wait time.Duration)
 // published the message and is outside the MAC, so none is copied. The
 // reminder's id, deadline and first-seen time are set only from a verified
 // envelope, and the receive count only from what the broker vouches for.
+//
+// Once the message is in the dead-letter queue, a verified message's
+// reminder (if it exists) gets a dead_lettered note in its timeline, so that
+// nudgectl show says where its message went and why.
 func (w *Worker) deadLetter(ctx context.Context, it *item, v verdict) {
 	d := it.d
 	headers := amqp.Table{}
@@ -126,12 +131,27 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, v verdict) {
 		w.counts.dead.Add(1)
 		w.m.DeadLettered(string(w.cfg.Channel), code)
 		it.settled = toAck
+		w.noteDeadLettered(ctx, it, v.reason)
 		return
 	}
 	if err := d.Reject(false); err == nil {
 		it.settled = rejected
 		w.counts.dead.Add(1)
 		w.m.DeadLettered(string(w.cfg.Channel), code)
+		w.noteDeadLettered(ctx, it, v.reason+" (rejected to the queue's dead-letter exchange: the dead-letter publish failed)")
+	}
+}
+
+// noteDeadLettered records in the timeline of the reminder a verified
+// message names that the message was dead-lettered, and why. One try: the
+// dead letter carries its reason whatever happens here.
+func (w *Worker) noteDeadLettered(ctx context.Context, it *item, reason string) {
+	if it.env.ReminderID == 0 {
+		return // unverified: the message's claims are not to be written down
+	}
+	if _, err := w.store.NoteEvents(ctx, w.clock.Now(), reminder.CodeDeadLettered,
+		[]int64{it.env.ReminderID}, []string{reason}, w.cfg.Name); err != nil {
+		w.with(w.log.Warn().Err(err), it).Msg("dead letter not noted in the reminder's timeline")
 	}
 }
 

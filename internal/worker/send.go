@@ -80,10 +80,10 @@ func (w *Worker) settleRecorded(ctx context.Context, sending []*item, moved map[
 			continue
 		}
 		w.with(w.log.Debug(), it).Str("state", string(it.out.State())).Str("reason", it.out.Reason).Msg("attempt recorded")
+		w.m.HopEnded(ch, string(it.out.State()), it.claimedAt, recorded)
 		switch it.out.State() {
 		case reminder.Delivered, reminder.Failed, reminder.Expired:
 			w.m.Outcome(ch, string(it.out.State()), it.code)
-			w.m.HopBetween(metrics.HopStartToTerminal, ch, it.claimedAt, recorded)
 		case reminder.Retrying:
 			w.m.Retry(ch, it.code)
 		}

@@ -305,6 +305,45 @@ func (o Outcome) Legacy() string {
 	return "retryable"
 }
 
+// Note is an event that is not a transition: something happened to a
+// reminder's message that an operator should see in its timeline, but the
+// reminder did not move. A note's event has from_state = to_state = the
+// state the reminder was in, its fence unchanged, and one of these codes;
+// statistics that count transitions by their states leave notes out
+// (from_state = to_state), and schema/transitions_test.go does not take a
+// note for a transition.
+type Note struct {
+	Code  Code
+	Actor Actor
+	// Statement names where it is written.
+	Statement string
+	Doc       string
+}
+
+// Note codes. None of them is a code of Transitions.
+const (
+	// CodeDeadLettered: a worker put a message naming the reminder in its
+	// channel's dead-letter queue (the reason says why: unverifiable
+	// fields aside, a wrong channel, a poison message, a panicked send).
+	CodeDeadLettered Code = "dead_lettered"
+	// CodeDLQDropped: an operator's dlq decision acknowledged (dropped) a
+	// stale dead letter naming the reminder, which had already moved on.
+	CodeDLQDropped Code = "dlq_dropped"
+)
+
+// Notes lists every note an event may record.
+var Notes = []Note{
+	{Code: CodeDeadLettered, Actor: Worker, Statement: "NoteEvents (internal/store)",
+		Doc: "a worker dead-lettered a verified message naming the reminder, once the dead letter was confirmed (or rejected to the queue's dead-letter exchange)"},
+	{Code: CodeDLQDropped, Actor: Operator, Statement: "NoteDropped (internal/ops)",
+		Doc: "an operator's dlq replay or expire dropped a stale dead letter of the reminder"},
+}
+
+// IsNote reports whether c is the code of a note, not of a transition.
+func IsNote(c Code) bool {
+	return slices.ContainsFunc(Notes, func(n Note) bool { return n.Code == c })
+}
+
 // TransitionsMarkdown renders Transitions as the Markdown table of
 // docs/design.md (a test keeps the two equal).
 func TransitionsMarkdown() string {

@@ -37,6 +37,20 @@ func TestTransitionsAreUniquePerStateActorAndCode(t *testing.T) {
 	}
 }
 
+// A note's code is never a transition's: an event with a note code is known
+// not to be a move, whatever its states.
+func TestNotesAreNotTransitions(t *testing.T) {
+	t.Parallel()
+	for _, n := range reminder.Notes {
+		require.True(t, reminder.IsNote(n.Code))
+		require.NotEmpty(t, n.Doc, "%s", n.Code)
+		for _, tr := range reminder.Transitions {
+			require.NotEqual(t, n.Code, tr.Code, "note code %q is also the code of %s", n.Code, tr)
+		}
+	}
+	require.False(t, reminder.IsNote(reminder.CodeWindowClosed), "pending → pending on a closed window is a transition")
+}
+
 // Terminal states never change again, but for an operator's replay of a
 // failed reminder; only retention removes the row. A send in flight is never
 // canceled.
