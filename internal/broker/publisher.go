@@ -233,10 +233,20 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Outgoing) ([]error,
 }
 
 func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results []error) {
+	// notConfirmed is ErrNotConfirmed for why, wrapping the publish
+	// timeout's context.DeadlineExceeded when that is what closed the
+	// connection: a stalled broker and a closed channel race to report the
+	// same loss, and the caller learns which it was either way.
+	notConfirmed := func(why string) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("%w: %s: %w", ErrNotConfirmed, why, cerr)
+		}
+		return fmt.Errorf("%w: %s", ErrNotConfirmed, why)
+	}
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i, m := range msgs {
 		if p.ch == nil {
-			results[i] = fmt.Errorf("%w: channel closed earlier in the batch", ErrNotConfirmed)
+			results[i] = notConfirmed("channel closed earlier in the batch")
 			continue
 		}
 		m.Msg.DeliveryMode = amqp.Persistent
@@ -245,7 +255,7 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 			err = errors.New("channel is not in confirm mode")
 		}
 		if err != nil {
-			results[i] = fmt.Errorf("%w: publishing: %v", ErrNotConfirmed, err)
+			results[i] = notConfirmed("publishing: " + err.Error())
 			p.closeLocked()
 			continue
 		}
@@ -260,7 +270,7 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 		case err != nil:
 			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 		case !ok && (p.ch == nil || p.ch.IsClosed()):
-			results[i] = ErrNotConfirmed // pending confirmations resolve false on close
+			results[i] = notConfirmed("the channel closed") // pending confirmations resolve false on close
 		case !ok:
 			results[i] = ErrNacked
 		}
