@@ -161,6 +161,29 @@ SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
 SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now), pg_total_relation_size('reminders')
   FROM reminders;
 
+-- name: ScrapeFill
+-- Rows @first..@last of a table of @size reminders, every one pending: the
+-- first 2 × @due due in the hour before @now (the dispatcher's backlog), the
+-- rest scheduled over the 30 days after tomorrow, as a SaaS that schedules
+-- ahead holds them. Channels alternate. Same stand-in key as ScaleFill.
+INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
+                       state, created_at, updated_at)
+SELECT 'tenant-' || (i % 16), 'scrape:' || i, CASE WHEN i % 2 = 0 THEN 'sms' ELSE 'email' END,
+       CASE WHEN i % 2 = 0 THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
+       'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at, t.due_at + interval '1 day',
+       'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz, @now::timestamptz
+  FROM generate_series(@first::bigint, @last::bigint) AS i,
+       LATERAL (SELECT CASE WHEN i <= 2 * @due::bigint
+                            THEN @now::timestamptz - interval '1 hour' + i * interval '50 minutes' / (2 * @due::bigint)
+                            ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t;
+
+-- name: CountEveryOpenRow
+-- What the DB collector counted per scrape before migration 0023: every open
+-- row, those scheduled for later included.
+SELECT channel, state, count(*) FROM reminders
+ WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
+ GROUP BY 1, 2;
+
 -- name: LeftoverScaleSchemas
 -- Schemas a killed run could not drop (the scale tables are gigabytes).
 SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\_scale\_%';
