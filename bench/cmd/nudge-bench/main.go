@@ -154,6 +154,7 @@ type results struct {
 	procs    []procResult
 	scale    []scaleResult
 	scrape   []scrapeResult
+	sched    []riverResult // River, jobs inserted as scheduled, headline worker count
 	elapsed  time.Duration
 	spent    map[string]time.Duration // wall time by section, seeding and cleanup included
 	profiled string
@@ -277,6 +278,14 @@ func run(ctx context.Context, o options) error {
 					} else {
 						r.river[k] = append(r.river[k], vr)
 					}
+				}
+				if k == o.headline {
+					vr, err := riverRun(ctx, e, o.nFor(k), k, riverScheduled)
+					if err != nil {
+						return fmt.Errorf("%s, %d workers: %w", riverScheduled, k, err)
+					}
+					fmt.Printf("  %s, %d clients, n=%d: %.0f jobs/s (%s)\n", riverScheduled, k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
+					r.sched = append(r.sched, vr)
 				}
 				lap("river")
 			}

@@ -184,6 +184,33 @@ SELECT channel, state, count(*) FROM reminders
  WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
  GROUP BY 1, 2;
 
+-- name: WALPosition
+-- The cluster's WAL insert position, before a run.
+SELECT pg_current_wal_lsn()::text;
+
+-- name: WALSince
+-- After a run: the insert position, the bytes written since $1, the data
+-- directory (pg_wal is under it; superuser or pg_read_all_settings), and
+-- the files of the run's schema as WAL records name them
+-- (tablespace/database/filenode): its relations, their TOAST tables and
+-- the TOAST tables' indexes.
+WITH own AS (
+    SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace
+), toast AS (
+    SELECT reltoastrelid AS oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND reltoastrelid <> 0
+), rels AS (
+    SELECT oid FROM own UNION SELECT oid FROM toast
+    UNION SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT oid FROM toast)
+)
+SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8,
+       current_setting('data_directory'),
+       coalesce(array_agg(
+           (CASE WHEN c.reltablespace = 0 THEN (SELECT dattablespace FROM pg_database WHERE datname = current_database())
+                 ELSE c.reltablespace END)::text
+           || '/' || (SELECT oid FROM pg_database WHERE datname = current_database())::text
+           || '/' || pg_relation_filenode(c.oid)::text) FILTER (WHERE pg_relation_filenode(c.oid) IS NOT NULL), '{}')
+  FROM rels JOIN pg_class c ON c.oid = rels.oid;
+
 -- name: LeftoverScaleSchemas
 -- Schemas a killed run could not drop (the scale tables are gigabytes).
 SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\_scale\_%';
