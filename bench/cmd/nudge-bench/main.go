@@ -60,7 +60,7 @@ type options struct {
 }
 
 // sections of a run, for -only.
-var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "scale", "scrape"}
+var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "burst", "scale", "scrape"}
 
 func main() {
 	var o options
@@ -155,6 +155,7 @@ type results struct {
 	scale    []scaleResult
 	scrape   []scrapeResult
 	sched    []riverResult // River, jobs inserted as scheduled, headline worker count
+	burst    []latencyResult
 	elapsed  time.Duration
 	spent    map[string]time.Duration // wall time by section, seeding and cleanup included
 	profiled string
@@ -305,6 +306,16 @@ func run(ctx context.Context, o options) error {
 			r.latency = append(r.latency, lr)
 			lap("latency")
 		}
+		if o.sections["burst"] {
+			br, err := burstRun(ctx, e, o.nOther, o.headline, o.latencyEvery)
+			if err != nil {
+				return fmt.Errorf("burst of %d: %w", o.nOther, err)
+			}
+			fmt.Printf("  burst, %d workers, %d reminders due in the same second: due → last terminal %s\n",
+				o.headline, br.N, br.LastTerminal.Sub(br.FirstDue).Round(time.Millisecond))
+			r.burst = append(r.burst, br)
+			lap("burst")
+		}
 		if o.sections["procs"] {
 			pr, err := procRun(ctx, e, bins, o.procN, o.procPrefetch, o.batch)
 			if err != nil {
@@ -359,7 +370,7 @@ func run(ctx context.Context, o options) error {
 // spentLine lists the wall time by section, in the order they run.
 func (r results) spentLine() string {
 	var parts []string
-	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "procs", "scale", "scrape"} {
+	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "scale", "scrape"} {
 		if d, ok := r.spent[s]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Second)))
 		}

@@ -302,6 +302,12 @@ func report(o options, m machine, r results) error {
 	} else {
 		reportScale(p, o, m, r)
 	}
+	p("## 3b. A burst: N reminders due in the same second\n\n")
+	if len(r.burst) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportBurst(p, o, r)
+	}
 	p("## 4b. A metrics scrape and a reconciler pass at scale\n\n")
 	if len(r.scrape) == 0 {
 		p("%s.\n\n", notRun)
@@ -599,4 +605,23 @@ func riverCosts(rs []riverResult) []runCost {
 		out = append(out, runCost{x.CPU, x.WAL})
 	}
 	return out
+}
+
+func reportBurst(p func(string, ...any), o options, r results) {
+	p("%s SMS reminders seeded through the intake far ahead, then moved to be due in the **same second** (a class reminded at 9:00), with %d in-process workers and the dispatcher in its loop (a pass every %s), as in section 3. Due → last terminal is from that second to the last reminder's `finished_at`; CPU and WAL are counted from the move until every reminder is terminal, as in section 1.\n\n",
+		thousands(o.nOther), o.headline, o.latencyEvery)
+	p("| N | due → last terminal, s median | min | max | delivered per second | CPU s per 1,000: PostgreSQL | RabbitMQ | harness | WAL records per item | their bytes per item |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	span := pick(r.burst, func(x latencyResult) float64 { return x.LastTerminal.Sub(x.FirstDue).Seconds() })
+	f := 1000 / float64(o.nOther)
+	recs, recBytes := "–", "–"
+	if m := pick(r.burst, func(x latencyResult) float64 { return x.WAL.Records }).Median; m >= 0 {
+		recs = fmt.Sprintf("%.1f", m/float64(o.nOther))
+		recBytes = fmt.Sprintf("%.0f", pick(r.burst, func(x latencyResult) float64 { return x.WAL.RecordBytes }).Median/float64(o.nOther))
+	}
+	p("| %s | %s | %.0f | %.3f | %.3f | %.3f | %s | %s |\n", thousands(o.nOther), fmtSf(span),
+		pick(r.burst, func(x latencyResult) float64 { return x.Achieved }).Median,
+		pick(r.burst, func(x latencyResult) float64 { return x.CPU.Postgres * f }).Median,
+		pick(r.burst, func(x latencyResult) float64 { return x.CPU.RabbitMQ * f }).Median,
+		pick(r.burst, func(x latencyResult) float64 { return x.CPU.Harness * f }).Median, recs, recBytes)
+	p("\n")
 }
