@@ -184,6 +184,11 @@ SELECT channel, state, count(*) FROM reminders
  WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
  GROUP BY 1, 2;
 
+-- name: WALHold
+-- A temporary physical replication slot, reserving the WAL from now on until
+-- its session ends: the run's segments stay until pg_waldump has read them.
+SELECT pg_create_physical_replication_slot($1, true, true);
+
 -- name: WALPosition
 -- The cluster's WAL insert position, before a run.
 SELECT pg_current_wal_lsn()::text;

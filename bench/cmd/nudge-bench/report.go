@@ -219,7 +219,7 @@ func report(o options, m machine, r results) error {
 		}, "end-to-end"))
 		p("\n### CPU seconds per 1,000 (median), from /proc\n\n")
 		p("Sampled from `/proc/*/stat` before and after each run: `postgres` processes, RabbitMQ (`beam.smp` and helpers), and the harness process (which hosts the Nudge dispatcher and workers — or the River clients — plus the fake SMS provider). Backends that exit during a run are not counted. The PostgreSQL and RabbitMQ columns count the whole servers, so on a shared machine they include other users' work: River's RabbitMQ column, which should be zero, shows how much.\n\n")
-		p("WAL per item, from `pg_waldump` over the run's LSN range (`pg_current_wal_lsn()` before and after): the records that touch a relation of the run's own schema (its tables, indexes and their TOAST; commit records name no relation and are not counted) and their bytes, so other work on the server does not count; and, for reference, every byte the cluster wrote in that range, which on a shared server includes everyone else's. ")
+		p("WAL per item, from `pg_waldump` over the run's LSN range (`pg_current_wal_lsn()` before and after): the records that touch a relation of the run's own schema (its tables, indexes and their TOAST; commit records name no relation and are not counted) and their bytes, so other work on the server does not count (counted in the first run only: reading the WAL takes seconds per 100,000 items; a temporary replication slot keeps the run's segments until they are read); and, for reference, every byte the cluster wrote in that range, which on a shared server includes everyone else's. ")
 		if walNote != "" {
 			p("Records were not counted in this run: %s.", walNote)
 		}
@@ -231,11 +231,15 @@ func report(o options, m machine, r results) error {
 				c := x.CPU
 				pg, mq, h, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(ot, c.Other*f)
 				per := 1 / float64(o.nFor(k))
-				wb, wr, wrb = append(wb, x.WAL.Bytes*per), append(wr, x.WAL.Records*per), append(wrb, x.WAL.RecordBytes*per)
+				wb = append(wb, x.WAL.Bytes*per)
+				if x.WAL.Records >= 0 { // counted in the first run only
+					wr, wrb = append(wr, x.WAL.Records*per), append(wrb, x.WAL.RecordBytes*per)
+				}
 			}
 			a, bq, c := summarize(pg).Median, summarize(mq).Median, summarize(h).Median
 			recs, recBytes := "–", "–"
-			if m := summarize(wr).Median; m >= 0 {
+			if len(wr) > 0 {
+				m := summarize(wr).Median
 				recs, recBytes = fmt.Sprintf("%.1f", m), fmt.Sprintf("%.0f", summarize(wrb).Median)
 			}
 			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.0f |\n", system, k, a, bq, c, a+bq+c, summarize(ot).Median, recs, recBytes, summarize(wb).Median)
@@ -614,9 +618,8 @@ func reportBurst(p func(string, ...any), o options, r results) {
 	span := pick(r.burst, func(x latencyResult) float64 { return x.LastTerminal.Sub(x.FirstDue).Seconds() })
 	f := 1000 / float64(o.nOther)
 	recs, recBytes := "–", "–"
-	if m := pick(r.burst, func(x latencyResult) float64 { return x.WAL.Records }).Median; m >= 0 {
-		recs = fmt.Sprintf("%.1f", m/float64(o.nOther))
-		recBytes = fmt.Sprintf("%.0f", pick(r.burst, func(x latencyResult) float64 { return x.WAL.RecordBytes }).Median/float64(o.nOther))
+	if w := r.burst[0].WAL; w.Records >= 0 { // counted in the first run only
+		recs, recBytes = fmt.Sprintf("%.1f", w.Records/float64(o.nOther)), fmt.Sprintf("%.0f", w.RecordBytes/float64(o.nOther))
 	}
 	p("| %s | %s | %.0f | %.3f | %.3f | %.3f | %s | %s |\n", thousands(o.nOther), fmtSf(span),
 		pick(r.burst, func(x latencyResult) float64 { return x.Achieved }).Median,

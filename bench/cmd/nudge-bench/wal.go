@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nudgehq/nudge/internal/testenv"
 )
 
 // The write-ahead log a run wrote: the bytes between the cluster's insert
@@ -29,31 +31,62 @@ type walUsage struct {
 	Records, RecordBytes float64
 }
 
-// walMark is the cluster's WAL insert position when a run started.
-type walMark struct{ lsn string }
+// walDump says whether this run counts WAL records with pg_waldump (it
+// takes seconds per 100,000 items; main sets it for the first run only).
+var walDump = true
+
+// walMark is the cluster's WAL insert position when a run started, and the
+// session holding a temporary replication slot that keeps PostgreSQL from
+// recycling the run's WAL segments before pg_waldump has read them (a
+// checkpoint during a long run would).
+type walMark struct {
+	lsn  string
+	slot *pgxpool.Conn // nil: no slot (not counting, or not allowed)
+}
 
 func walStart(ctx context.Context, pool *pgxpool.Pool) (walMark, error) {
 	var m walMark
+	if walDump {
+		if c, err := pool.Acquire(ctx); err == nil {
+			if _, err := c.Exec(ctx, stmt("WALHold"), "nudge_bench_"+testenv.RandomID()); err == nil {
+				m.slot = c
+			} else {
+				c.Release()
+				setWALNote(fmt.Sprintf("no replication slot to hold the WAL (%v), so segments a checkpoint recycled could not be read", err))
+			}
+		}
+	}
 	if err := pool.QueryRow(ctx, stmt("WALPosition")).Scan(&m.lsn); err != nil {
+		m.release()
 		return m, fmt.Errorf("reading the WAL position: %w", err)
 	}
 	return m, nil
 }
 
+// release drops the slot: a temporary slot goes with its session, which is
+// closed rather than returned to the pool.
+func (m walMark) release() {
+	if m.slot != nil {
+		_ = m.slot.Hijack().Close(context.Background())
+	}
+}
+
 // since measures the WAL written since m; a pg_waldump failure only leaves
 // the record counts at -1 (walNote says why, once).
 func (m walMark) since(ctx context.Context, pool *pgxpool.Pool) (walUsage, error) {
+	defer m.release()
 	u := walUsage{Records: -1, RecordBytes: -1}
 	var end, dir string
 	var files []string
 	if err := pool.QueryRow(ctx, stmt("WALSince"), m.lsn).Scan(&end, &u.Bytes, &dir, &files); err != nil {
 		return u, fmt.Errorf("reading the WAL written: %w", err)
 	}
+	if !walDump {
+		return u, nil
+	}
 	recs, bytes, err := walRecords(ctx, filepath.Join(dir, "pg_wal"), m.lsn, end, files)
 	if err != nil {
-		if walNote == "" {
-			walNote = err.Error()
-		}
+		setWALNote(err.Error())
 		return u, nil
 	}
 	u.Records, u.RecordBytes = float64(recs), float64(bytes)
@@ -62,6 +95,12 @@ func (m walMark) since(ctx context.Context, pool *pgxpool.Pool) (walUsage, error
 
 // walNote is why WAL records were not counted (empty: they were).
 var walNote string
+
+func setWALNote(s string) {
+	if walNote == "" {
+		walNote = s
+	}
+}
 
 // walRecords runs pg_waldump over [start, end) and counts the records with
 // a block reference to one of files (tablespace/database/filenode), and
