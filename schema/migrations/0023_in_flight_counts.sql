@@ -10,5 +10,10 @@
 -- holds: it is as small as the work in flight, however many reminders wait
 -- for tomorrow or lie terminal. Its columns are what the count groups by,
 -- so the count is an index-only scan.
-CREATE INDEX reminders_in_flight ON reminders (channel, state)
+--
+-- Building it reads the whole table under a lock that holds writes back
+-- (seconds per million rows): a large install can build it beforehand with
+-- CREATE INDEX CONCURRENTLY and the same definition (docs/deploy.md,
+-- Upgrades), which IF NOT EXISTS then keeps.
+CREATE INDEX IF NOT EXISTS reminders_in_flight ON reminders (channel, state)
     WHERE state IN ('leased', 'enqueued', 'sending', 'retrying', 'quarantined');
