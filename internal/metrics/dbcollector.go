@@ -31,13 +31,21 @@ func query(name string) string { return queries.Get(name) }
 
 // DBCollector derives gauges from the database at scrape time, with one
 // statement under a timeout. The reconciler registers it: the values are the
-// table's truth, whichever process is alive.
+// table's truth, whichever process is alive. A scrape's cost follows the
+// work in flight, not the table: every exact figure reads a partial index of
+// due or in-flight rows (docs/deploy.md lists what bounds each), and the one
+// figure that would grow with the schedule, the reminders waiting for a
+// later due time, is an estimate that costs nothing to read.
 //
 //	nudge_newest_reminder_age_seconds      how long ago the newest reminder was scheduled:
 //	                                       is intent still being written? (absent: none yet)
 //	nudge_oldest_due_age_seconds           the oldest pending, due reminder's wait (0: none)
 //	nudge_oldest_enqueued_age_seconds      the oldest enqueued reminder's wait for a worker
-//	nudge_open_reminders{channel,state}    open reminders
+//	nudge_open_reminders{channel,state}    open reminders; pending ones only once due (the
+//	                                       dispatcher's backlog): a scrape counts work, never
+//	                                       the reminders scheduled for later
+//	nudge_pending_reminders_estimate       every pending reminder, due or not, as the planner
+//	                                       last counted them (VACUUM/ANALYZE; absent before)
 //	nudge_deadline_misses_last_hour{channel} reminders expired in the last hour
 //	nudge_reconcile_lag_seconds            the oldest repair the reconciler owes: an open
 //	                                       reminder past its deadline, or a lease expired
@@ -59,7 +67,7 @@ type DBCollector struct {
 }
 
 type collectorDescs struct {
-	newest, oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
+	newest, pendingEstimate, oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
 }
 
 // NewDBCollector returns a collector reading db.
@@ -76,13 +84,15 @@ func (c *DBCollector) init() {
 			newest:         d("nudge_newest_reminder_age_seconds", "How long ago the newest reminder was scheduled (intake): is intent still being written?"),
 			oldestDue:      d("nudge_oldest_due_age_seconds", "How long the oldest pending, due reminder has waited for the dispatcher (0: none waiting)."),
 			oldestEnqueued: d("nudge_oldest_enqueued_age_seconds", "How long the oldest enqueued reminder has waited for a worker (0: none)."),
-			open:           d("nudge_open_reminders", "Reminders not yet terminal, by channel and state.", "channel", "state"),
-			misses:         d("nudge_deadline_misses_last_hour", "Reminders that expired in the last hour, by channel (from the table).", "channel"),
-			reconcileLag:   d("nudge_reconcile_lag_seconds", "Age of the oldest repair the reconciler owes: an open reminder past its deadline, or an expired lease (0: none)."),
-			cutoffLag:      d("nudge_dispatch_cutoff_lag_seconds", "Now minus the cutoff of the newest dispatcher run that finished everything due before it."),
-			dlq:            d("nudge_dead_letter_messages", "Messages in the dead-letter queue, by channel.", "channel"),
-			success:        d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
-			duration:       d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
+			open:           d("nudge_open_reminders", "Reminders not yet terminal, by channel and state; pending ones only once due.", "channel", "state"),
+			pendingEstimate: d("nudge_pending_reminders_estimate",
+				"Pending reminders, due or scheduled for later, as PostgreSQL last estimated them (VACUUM or ANALYZE of reminders)."),
+			misses:       d("nudge_deadline_misses_last_hour", "Reminders that expired in the last hour, by channel (from the table).", "channel"),
+			reconcileLag: d("nudge_reconcile_lag_seconds", "Age of the oldest repair the reconciler owes: an open reminder past its deadline, or an expired lease (0: none)."),
+			cutoffLag:    d("nudge_dispatch_cutoff_lag_seconds", "Now minus the cutoff of the newest dispatcher run that finished everything due before it."),
+			dlq:          d("nudge_dead_letter_messages", "Messages in the dead-letter queue, by channel.", "channel"),
+			success:      d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
+			duration:     d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
 		}
 	})
 }
@@ -90,7 +100,7 @@ func (c *DBCollector) init() {
 // Describe implements prometheus.Collector.
 func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.init()
-	for _, d := range []*prometheus.Desc{c.descs.newest, c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
+	for _, d := range []*prometheus.Desc{c.descs.newest, c.descs.pendingEstimate, c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
 		c.descs.reconcileLag, c.descs.cutoffLag, c.descs.dlq, c.descs.success, c.descs.duration} {
 		ch <- d
 	}
@@ -110,9 +120,10 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	var (
 		oldestDue, oldestEnq, unexpired, deadLease, cutoff, newest *time.Time
 		openJSON, missJSON                                         []byte
+		pendingEstimate                                            *float64
 	)
 	err := c.DB.QueryRow(ctx, query("DBGauges"), pgx.NamedArgs{"now": now, "hour_ago": now.Add(-time.Hour)}).Scan(
-		&oldestDue, &oldestEnq, &unexpired, &deadLease, &cutoff, &openJSON, &missJSON, &newest)
+		&oldestDue, &oldestEnq, &unexpired, &deadLease, &cutoff, &openJSON, &missJSON, &newest, &pendingEstimate)
 	ok := err == nil
 	if ok {
 		age := func(t *time.Time) float64 {
@@ -126,6 +137,9 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs.reconcileLag, prometheus.GaugeValue, max(age(unexpired), age(deadLease)))
 		if newest != nil {
 			ch <- prometheus.MustNewConstMetric(c.descs.newest, prometheus.GaugeValue, age(newest))
+		}
+		if pendingEstimate != nil && *pendingEstimate >= 0 { // -1: never vacuumed nor analyzed
+			ch <- prometheus.MustNewConstMetric(c.descs.pendingEstimate, prometheus.GaugeValue, *pendingEstimate)
 		}
 		if cutoff != nil {
 			ch <- prometheus.MustNewConstMetric(c.descs.cutoffLag, prometheus.GaugeValue, age(cutoff))

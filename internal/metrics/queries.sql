@@ -3,10 +3,15 @@
 -- Time comes from the caller (@now).
 
 -- name: DBGauges
--- The gauges DBCollector derives. Each part reads a small partial index: the
--- pending-due index, the enqueued index, the open-deadline index, the leases
--- index, the expired index and the dispatch runs' own; the newest reminder is
--- the primary key's end.
+-- The gauges DBCollector derives. Each part reads a range of a partial index
+-- that holds work, not history or the future: the pending-due index up to
+-- @now, the enqueued index, the open-deadline index up to @now, the leases
+-- index up to @now, the in-flight index (0023), the expired index over the
+-- last hour and the dispatch runs' own; the newest reminder is the primary
+-- key's end. Pending reminders are counted once due: those scheduled for
+-- later are only estimated, from the pending-due index's reltuples (as of
+-- the last VACUUM or ANALYZE; -1 before either), so a table of reminders
+-- scheduled months ahead costs a scrape nothing.
 SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
        (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
        (SELECT min(deadline) FROM reminders
@@ -15,15 +20,20 @@ SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= 
        (SELECT cutoff FROM dispatch_runs WHERE error IS NULL AND NOT out_of_budget
          ORDER BY finished_at DESC LIMIT 1),
        (SELECT coalesce(jsonb_object_agg(channel || '/' || state, n), '{}'::jsonb)
-          FROM (SELECT channel, state, count(*) AS n FROM reminders
-                 WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
+          FROM (SELECT channel, 'pending' AS state, count(*) AS n FROM reminders
+                 WHERE state = 'pending' AND due_at <= @now
+                 GROUP BY 1
+                UNION ALL
+                SELECT channel, state, count(*) FROM reminders
+                 WHERE state IN ('leased', 'enqueued', 'sending', 'retrying', 'quarantined')
                  GROUP BY 1, 2) o),
        (SELECT coalesce(jsonb_object_agg(channel, n), '{}'::jsonb)
           FROM (SELECT channel, count(*) AS n FROM reminders
                  WHERE state = 'expired' AND finished_at > @hour_ago AND finished_at <= @now
                    AND coalesce(reason, '') NOT LIKE 'dlq expire: %'
                  GROUP BY 1) m),
-       (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1);
+       (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('reminders_pending_due'));
 
 -- name: DispatchRunsStart
 -- Where DispatchRunCollector starts: the newest run's id (its hops and those

@@ -60,6 +60,12 @@ type latencyResult struct {
 	// FailedPasses are the errors of the dispatcher's passes that failed
 	// (its loop runs the next one at its next tick).
 	FailedPasses []string
+	// FirstDue and LastTerminal bound the run (reminders' due_at and
+	// finished_at); CPU and WAL are what it spent from the moment the
+	// stream was moved into place until every reminder was terminal.
+	FirstDue, LastTerminal time.Time
+	CPU                    cpuTicks
+	WAL                    walUsage
 }
 
 // latencyRun seeds rate×dur SMS reminders that become due one after the
@@ -72,10 +78,23 @@ func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k 
 	if res.N < 1 {
 		return res, fmt.Errorf("latency run of %s at %.0f/s holds no reminder", dur, rate)
 	}
+	return streamRun(ctx, e, res, time.Duration(float64(time.Second)/rate), dur+3*time.Minute, k, every)
+}
+
+// burstRun is the burst row: n reminders all due in the same second, with
+// k workers and the dispatcher in its loop (a pass every `every`): the time
+// from that second to the last terminal state is FirstDue → LastTerminal.
+func burstRun(ctx context.Context, e *env, n, k int, every time.Duration) (latencyResult, error) {
+	return streamRun(ctx, e, latencyResult{N: n}, 0, 10*time.Minute, k, every)
+}
+
+// streamRun runs res.N reminders due one after the other, gap apart (0: all
+// at once), as latencyRun describes, allowing them `limit` to become
+// terminal.
+func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.Duration, k int, every time.Duration) (latencyResult, error) {
 	// Seed far ahead (the intake takes seconds), then move the stream to
 	// start a moment after the workers and the dispatcher are up.
 	seeded := time.Now().Add(time.Hour)
-	gap := time.Duration(float64(time.Second) / rate)
 	s, err := setupNudge(ctx, e, res.N, func(i int) (time.Time, time.Time) {
 		due := seeded.Add(time.Duration(i) * gap)
 		return due, due.Add(2 * time.Hour)
@@ -109,6 +128,11 @@ func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k 
 	if _, err := s.pool.Exec(ctx, "VACUUM ANALYZE reminders"); err != nil {
 		return res, fmt.Errorf("vacuuming after the move: %w", err)
 	}
+	wal0, err := walStart(ctx, s.pool)
+	if err != nil {
+		return res, err
+	}
+	cpu0 := readCPU()
 	d, pub := s.dispatcher(e, keys, m)
 	defer pub.Close()
 	d.AfterRun = func(ctx context.Context, _ dispatch.Summary, err error) {
@@ -122,7 +146,7 @@ func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k 
 	stopDispatcher := sync.OnceFunc(func() { cancel(); <-loopDone })
 	defer stopDispatcher()
 
-	timeout := time.After(dur + 3*time.Minute)
+	timeout := time.After(limit)
 	for {
 		var past, terminal int
 		if err := s.pool.QueryRow(ctx, stmt("StateCounts")).Scan(&past, &terminal); err != nil {
@@ -135,17 +159,20 @@ func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k 
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-timeout:
-			return res, fmt.Errorf("only %d of %d reminders terminal %s after the stream started", terminal, res.N, dur+3*time.Minute)
+			return res, fmt.Errorf("only %d of %d reminders terminal %s after the stream started", terminal, res.N, limit)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	stopDispatcher()
+	res.CPU = readCPU().sub(cpu0)
+	if res.WAL, err = wal0.since(ctx, s.pool); err != nil {
+		return res, err
+	}
 
-	var first, last time.Time
-	if err := s.pool.QueryRow(ctx, stmt("StreamSpan")).Scan(&res.Delivered, &first, &last); err != nil {
+	if err := s.pool.QueryRow(ctx, stmt("StreamSpan")).Scan(&res.Delivered, &res.FirstDue, &res.LastTerminal); err != nil {
 		return res, fmt.Errorf("reading the stream's span: %w", err)
 	}
-	res.Achieved = float64(res.Delivered) / last.Sub(first).Seconds()
+	res.Achieved = float64(res.Delivered) / res.LastTerminal.Sub(res.FirstDue).Seconds()
 	if res.Hops, res.Overtaken, res.NoEnqueue, err = readHops(ctx, s); err != nil {
 		return res, err
 	}

@@ -54,16 +54,17 @@ type options struct {
 	latencyFor, latencyEvery time.Duration
 
 	scaleSizes          []int
+	scrapeSizes         []int
 	scalePerRun, batch  int
 	procN, procPrefetch int
 }
 
 // sections of a run, for -only.
-var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "scale"}
+var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "burst", "scale", "scrape"}
 
 func main() {
 	var o options
-	var workers, sizes, only string
+	var workers, sizes, scrapeSizes, only string
 	flag.IntVar(&o.n, "n", 100000, "reminders / jobs per run of the headline comparison (-headline workers, Nudge and River)")
 	flag.IntVar(&o.nOther, "n-other", 10000, "reminders / jobs / messages per run everywhere else (other worker counts, raw broker, dispatcher alone)")
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of every measurement (median, min, max are reported)")
@@ -80,6 +81,7 @@ func main() {
 	flag.DurationVar(&o.latencyFor, "latency-for", 12*time.Second, "how long the stream of a latency run lasts")
 	flag.DurationVar(&o.latencyEvery, "latency-every", 100*time.Millisecond, "the dispatcher's --every during latency runs")
 	flag.StringVar(&sizes, "scale-sizes", "10000,1000000,10000000", "table sizes of the claim-rate-at-scale runs: rows terminal or due later, besides the due rows claimed")
+	flag.StringVar(&scrapeSizes, "scrape-sizes", "10000,10000000", "table sizes of the scrape-and-pass runs: pending reminders scheduled from tomorrow on, besides a backlog of 1,000 due")
 	flag.IntVar(&o.scalePerRun, "scale-claims", 5000, "rows claimed per scale run and layout (every table holds 2 × -runs times as many due rows on top of its size)")
 	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
 	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
@@ -93,6 +95,9 @@ func main() {
 	}
 	if o.scaleSizes, err = intList(sizes, 1); err != nil {
 		fatalUsage("-scale-sizes", err)
+	}
+	if o.scrapeSizes, err = intList(scrapeSizes, 1); err != nil {
+		fatalUsage("-scrape-sizes", err)
 	}
 	o.sections = map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
@@ -148,6 +153,9 @@ type results struct {
 	latency  []latencyResult
 	procs    []procResult
 	scale    []scaleResult
+	scrape   []scrapeResult
+	sched    []riverResult // River, jobs inserted as scheduled, headline worker count
+	burst    []latencyResult
 	elapsed  time.Duration
 	spent    map[string]time.Duration // wall time by section, seeding and cleanup included
 	profiled string
@@ -176,7 +184,7 @@ func run(ctx context.Context, o options) error {
 	m := describe(ctx, e)
 	fmt.Printf("nudge-bench: n=%d (headline, %d workers), n-other=%d, runs=%d, workers=%v, sections=%v on %d CPUs, PostgreSQL %s, RabbitMQ %s, %s\n",
 		o.n, o.headline, o.nOther, o.runs, o.workers, o.sections, m.CPUs, m.Postgres, m.RabbitMQ, m.Go)
-	if o.sections["scale"] {
+	if o.sections["scale"] || o.sections["scrape"] {
 		if err := dropLeftoverScaleSchemas(ctx, e); err != nil {
 			return err
 		}
@@ -220,6 +228,7 @@ func run(ctx context.Context, o options) error {
 	// over all of them rather than skewing one.
 	for i := range o.runs {
 		fmt.Printf("run %d/%d (%s)\n", i+1, o.runs, time.Since(start).Round(time.Second))
+		walDump = i == 0 // pg_waldump takes seconds per 100,000 items: the first run's records stand for all
 		if o.sections["raw"] {
 			rr, err := rawBroker(ctx, e, o.nOther, o.window)
 			if err != nil {
@@ -272,6 +281,14 @@ func run(ctx context.Context, o options) error {
 						r.river[k] = append(r.river[k], vr)
 					}
 				}
+				if k == o.headline {
+					vr, err := riverRun(ctx, e, o.nFor(k), k, riverScheduled)
+					if err != nil {
+						return fmt.Errorf("%s, %d workers: %w", riverScheduled, k, err)
+					}
+					fmt.Printf("  %s, %d clients, n=%d: %.0f jobs/s (%s)\n", riverScheduled, k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
+					r.sched = append(r.sched, vr)
+				}
 				lap("river")
 			}
 		}
@@ -289,6 +306,16 @@ func run(ctx context.Context, o options) error {
 				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max)
 			r.latency = append(r.latency, lr)
 			lap("latency")
+		}
+		if o.sections["burst"] {
+			br, err := burstRun(ctx, e, o.nOther, o.headline, o.latencyEvery)
+			if err != nil {
+				return fmt.Errorf("burst of %d: %w", o.nOther, err)
+			}
+			fmt.Printf("  burst, %d workers, %d reminders due in the same second: due → last terminal %s\n",
+				o.headline, br.N, br.LastTerminal.Sub(br.FirstDue).Round(time.Millisecond))
+			r.burst = append(r.burst, br)
+			lap("burst")
 		}
 		if o.sections["procs"] {
 			pr, err := procRun(ctx, e, bins, o.procN, o.procPrefetch, o.batch)
@@ -320,6 +347,20 @@ func run(ctx context.Context, o options) error {
 			lap("scale")
 		}
 	}
+	if o.sections["scrape"] {
+		fmt.Printf("scrape (%s)\n", time.Since(start).Round(time.Second))
+		for _, size := range o.scrapeSizes {
+			sr, err := scrapeRun(ctx, e, size, o.batch)
+			if err != nil {
+				return fmt.Errorf("scrape, %d rows: %w", size, err)
+			}
+			fmt.Printf("  %d rows (loaded in %s, indexed in %s, %.0f MiB with indexes): scrape %.1f ms, pass %.1f ms (medians of %d); every open row counted (before 0023) %.1f ms\n",
+				size, sr.Load.Round(time.Second), sr.Index.Round(time.Second), float64(sr.TotalBytes)/(1<<20),
+				summarize(sr.ScrapeMs).Median, summarize(sr.PassMs).Median, scrapeTimes, summarize(sr.CountMs).Median)
+			r.scrape = append(r.scrape, sr)
+			lap("scrape")
+		}
+	}
 	r.elapsed = time.Since(start)
 	stopLoad()
 	<-loadDone
@@ -330,7 +371,7 @@ func run(ctx context.Context, o options) error {
 // spentLine lists the wall time by section, in the order they run.
 func (r results) spentLine() string {
 	var parts []string
-	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "procs", "scale"} {
+	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "scale", "scrape"} {
 		if d, ok := r.spent[s]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Second)))
 		}

@@ -244,6 +244,7 @@ type e2eResult struct {
 	Elapsed   time.Duration
 	Delivered int
 	CPU       cpuTicks // CPU seconds spent during the run, by owner
+	WAL       walUsage // the WAL written during the run
 	RSS       float64  // peak RSS of the harness process during the run, MiB
 	// Claim-to-terminal latency under saturation (ms), from the event trail.
 	P50, P99, Max float64
@@ -314,6 +315,10 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool) 
 		}
 		defer pprof.StopCPUProfile()
 	}
+	wal0, err := walStart(ctx, s.pool)
+	if err != nil {
+		return res, err
+	}
 	resetPeakRSS()
 	cpu0 := readCPU()
 	dispErr := make(chan error, 1)
@@ -346,6 +351,9 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool) 
 	}
 	res.CPU = readCPU().sub(cpu0)
 	res.RSS = peakRSSMiB()
+	if res.WAL, err = wal0.since(ctx, s.pool); err != nil {
+		return res, err
+	}
 	if profile != "" {
 		pprof.StopCPUProfile()
 	}

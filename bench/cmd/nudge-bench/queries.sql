@@ -161,6 +161,61 @@ SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
 SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now), pg_total_relation_size('reminders')
   FROM reminders;
 
+-- name: ScrapeFill
+-- Rows @first..@last of a table of @size reminders, every one pending: the
+-- first 2 × @due due in the hour before @now (the dispatcher's backlog), the
+-- rest scheduled over the 30 days after tomorrow, as a SaaS that schedules
+-- ahead holds them. Channels alternate. Same stand-in key as ScaleFill.
+INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
+                       state, created_at, updated_at)
+SELECT 'tenant-' || (i % 16), 'scrape:' || i, CASE WHEN i % 2 = 0 THEN 'sms' ELSE 'email' END,
+       CASE WHEN i % 2 = 0 THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
+       'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at, t.due_at + interval '1 day',
+       'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz, @now::timestamptz
+  FROM generate_series(@first::bigint, @last::bigint) AS i,
+       LATERAL (SELECT CASE WHEN i <= 2 * @due::bigint
+                            THEN @now::timestamptz - interval '1 hour' + i * interval '50 minutes' / (2 * @due::bigint)
+                            ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t;
+
+-- name: CountEveryOpenRow
+-- What the DB collector counted per scrape before migration 0023: every open
+-- row, those scheduled for later included.
+SELECT channel, state, count(*) FROM reminders
+ WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
+ GROUP BY 1, 2;
+
+-- name: WALHold
+-- A temporary physical replication slot, reserving the WAL from now on until
+-- its session ends: the run's segments stay until pg_waldump has read them.
+SELECT pg_create_physical_replication_slot($1, true, true);
+
+-- name: WALPosition
+-- The cluster's WAL insert position, before a run.
+SELECT pg_current_wal_lsn()::text;
+
+-- name: WALSince
+-- After a run: the insert position, the bytes written since $1, the data
+-- directory (pg_wal is under it; superuser or pg_read_all_settings), and
+-- the files of the run's schema as WAL records name them
+-- (tablespace/database/filenode): its relations, their TOAST tables and
+-- the TOAST tables' indexes.
+WITH own AS (
+    SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace
+), toast AS (
+    SELECT reltoastrelid AS oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND reltoastrelid <> 0
+), rels AS (
+    SELECT oid FROM own UNION SELECT oid FROM toast
+    UNION SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT oid FROM toast)
+)
+SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8,
+       current_setting('data_directory'),
+       coalesce(array_agg(
+           (CASE WHEN c.reltablespace = 0 THEN (SELECT dattablespace FROM pg_database WHERE datname = current_database())
+                 ELSE c.reltablespace END)::text
+           || '/' || (SELECT oid FROM pg_database WHERE datname = current_database())::text
+           || '/' || pg_relation_filenode(c.oid)::text) FILTER (WHERE pg_relation_filenode(c.oid) IS NOT NULL), '{}')
+  FROM rels JOIN pg_class c ON c.oid = rels.oid;
+
 -- name: LeftoverScaleSchemas
 -- Schemas a killed run could not drop (the scale tables are gigabytes).
 SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\_scale\_%';

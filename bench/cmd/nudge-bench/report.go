@@ -202,7 +202,12 @@ func report(o options, m machine, r results) error {
 			p("| %d | %s | Nudge, reminders | %s | – |\n", k, thousands(o.nFor(k)), fmtS(nudgeS[i]))
 			p("| %d | %s | River, default fetch settings, jobs | %s | %.2f |\n", k, thousands(o.nFor(k)), fmtS(riverS[i]), ratio(nudgeS[i].Median, riverS[i].Median))
 			p("| %d | %s | River tuned as `river bench`, jobs | %s | %.2f |\n", k, thousands(o.nFor(k)), fmtS(tunedS[i]), ratio(nudgeS[i].Median, tunedS[i].Median))
+			if k == o.headline && len(r.sched) > 0 {
+				ss := pick(r.sched, func(x riverResult) float64 { return x.Rate })
+				p("| %d | %s | River, jobs inserted as scheduled, default settings | %s | %.2f |\n", k, thousands(o.nFor(k)), fmtS(ss), ratio(nudgeS[i].Median, ss.Median))
+			}
 		}
+		p("\nThe **inserted as scheduled** row (headline worker count only) inserts every job with `ScheduledAt` a second in the past, so it is stored `scheduled`, as a reminder is stored pending before it is due: River's scheduler (run by the elected leader, every few seconds, in batches) moves the jobs to `available` before any client can work them, as Nudge's dispatcher claims its due rows; its rate is N / (clients started → last `finalized_at`), since the moves come before the first attempt.\n")
 		p("\n%s", failedPassesNote(func(yield func([]string) bool) {
 			for _, k := range o.workers {
 				for _, x := range r.e2e[k] {
@@ -214,30 +219,42 @@ func report(o options, m machine, r results) error {
 		}, "end-to-end"))
 		p("\n### CPU seconds per 1,000 (median), from /proc\n\n")
 		p("Sampled from `/proc/*/stat` before and after each run: `postgres` processes, RabbitMQ (`beam.smp` and helpers), and the harness process (which hosts the Nudge dispatcher and workers — or the River clients — plus the fake SMS provider). Backends that exit during a run are not counted. The PostgreSQL and RabbitMQ columns count the whole servers, so on a shared machine they include other users' work: River's RabbitMQ column, which should be zero, shows how much.\n\n")
-		p("| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | other processes (noise) |\n|---|---|---|---|---|---|---|\n")
-		cpuRow := func(system string, k int, cs []cpuTicks) {
+		p("WAL per item, from `pg_waldump` over the run's LSN range (`pg_current_wal_lsn()` before and after): the records that touch a relation of the run's own schema (its tables, indexes and their TOAST; commit records name no relation and are not counted) and their bytes, so other work on the server does not count (counted in the first run only: reading the WAL takes seconds per 100,000 items; a temporary replication slot keeps the run's segments until they are read); and, for reference, every byte the cluster wrote in that range, which on a shared server includes everyone else's. ")
+		if walNote != "" {
+			p("Records were not counted in this run: %s.", walNote)
+		}
+		p("\n\n| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | other processes (noise) | WAL records per item | their bytes per item | cluster WAL bytes per item |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		cpuRow := func(system string, k int, runs []runCost) {
 			f := 1000 / float64(o.nFor(k))
-			var pg, mq, h, ot []float64
-			for _, c := range cs {
+			var pg, mq, h, ot, wb, wr, wrb []float64
+			for _, x := range runs {
+				c := x.CPU
 				pg, mq, h, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(ot, c.Other*f)
+				per := 1 / float64(o.nFor(k))
+				wb = append(wb, x.WAL.Bytes*per)
+				if x.WAL.Records >= 0 { // counted in the first run only
+					wr, wrb = append(wr, x.WAL.Records*per), append(wrb, x.WAL.RecordBytes*per)
+				}
 			}
 			a, bq, c := summarize(pg).Median, summarize(mq).Median, summarize(h).Median
-			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", system, k, a, bq, c, a+bq+c, summarize(ot).Median)
+			recs, recBytes := "–", "–"
+			if len(wr) > 0 {
+				m := summarize(wr).Median
+				recs, recBytes = fmt.Sprintf("%.1f", m), fmt.Sprintf("%.0f", summarize(wrb).Median)
+			}
+			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.0f |\n", system, k, a, bq, c, a+bq+c, summarize(ot).Median, recs, recBytes, summarize(wb).Median)
 		}
 		for _, k := range o.workers {
-			var nc, rc, tc []cpuTicks
+			var nc []runCost
 			for _, x := range r.e2e[k] {
-				nc = append(nc, x.CPU)
-			}
-			for _, x := range r.river[k] {
-				rc = append(rc, x.CPU)
-			}
-			for _, x := range r.tuned[k] {
-				tc = append(tc, x.CPU)
+				nc = append(nc, runCost{x.CPU, x.WAL})
 			}
 			cpuRow("Nudge", k, nc)
-			cpuRow("River, default fetch settings", k, rc)
-			cpuRow("River tuned as `river bench`", k, tc)
+			cpuRow("River, default fetch settings", k, riverCosts(r.river[k]))
+			cpuRow("River tuned as `river bench`", k, riverCosts(r.tuned[k]))
+			if k == o.headline && len(r.sched) > 0 {
+				cpuRow("River, jobs inserted as scheduled", k, riverCosts(r.sched))
+			}
 		}
 		p("\n### Claim-to-terminal latency under saturation (not the 50%%-load target)\n\n")
 		p("Per reminder, claim event (`pending → enqueued`) → terminal event, with the whole backlog due at once, so this is mostly queueing time; the latency at 50%% load is section 3.\n\n")
@@ -288,6 +305,18 @@ func report(o options, m machine, r results) error {
 		p("%s.\n\n", notRun)
 	} else {
 		reportScale(p, o, m, r)
+	}
+	p("## 3b. A burst: N reminders due in the same second\n\n")
+	if len(r.burst) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportBurst(p, o, r)
+	}
+	p("## 4b. A metrics scrape and a reconciler pass at scale\n\n")
+	if len(r.scrape) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportScrape(p, r)
 	}
 
 	// ------------------------------------------------------------ memory
@@ -555,4 +584,47 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+func reportScrape(p func(string, ...any), r results) {
+	p("The reconciler's two periodic costs against tables of reminders **scheduled for later** (issue 18: a SaaS that schedules months ahead holds tens of millions): every row pending, %s of them due in the last hour (the same backlog at every size), the rest due over the 30 days after tomorrow. Each table is a schema of its own, migrated, filled with `INSERT … SELECT generate_series`, indexed and analyzed as in section 4. ", thousands(2*scrapeBacklog))
+	p("A **scrape** is one `Gather` of a registry holding only the DB collector (`internal/metrics`, one statement); a **pass** is the three statements of a reconciler pass that finds nothing owed (`ExpireOverdue`, `ResolveExpiredLeases`, `Reclaim`; the broker's part of a pass does not read the table). %d of each, alternating. For contrast, the last column is what the scrape's count of open reminders cost before migration 0023 (every open row by channel and state, those scheduled for later included; 3 runs): what a scrape paid per reminder scheduled.\n\n", scrapeTimes)
+	p("| scheduled rows | table + indexes | scrape ms median | min | max | pass ms median | min | max | count of every open row (before 0023), ms median |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.scrape {
+		p("| %s | %s | %s | %s | %.1f |\n", thousands(s.Size), byteSize(s.TotalBytes), fmtSf(summarize(s.ScrapeMs)), fmtSf(summarize(s.PassMs)),
+			summarize(s.CountMs).Median)
+	}
+	p("\n")
+}
+
+// runCost is what one run spent: CPU by owner and WAL.
+type runCost struct {
+	CPU cpuTicks
+	WAL walUsage
+}
+
+func riverCosts(rs []riverResult) []runCost {
+	out := make([]runCost, 0, len(rs))
+	for _, x := range rs {
+		out = append(out, runCost{x.CPU, x.WAL})
+	}
+	return out
+}
+
+func reportBurst(p func(string, ...any), o options, r results) {
+	p("%s SMS reminders seeded through the intake far ahead, then moved to be due in the **same second** (a class reminded at 9:00), with %d in-process workers and the dispatcher in its loop (a pass every %s), as in section 3. Due → last terminal is from that second to the last reminder's `finished_at`; CPU and WAL are counted from the move until every reminder is terminal, as in section 1.\n\n",
+		thousands(o.nOther), o.headline, o.latencyEvery)
+	p("| N | due → last terminal, s median | min | max | delivered per second | CPU s per 1,000: PostgreSQL | RabbitMQ | harness | WAL records per item | their bytes per item |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	span := pick(r.burst, func(x latencyResult) float64 { return x.LastTerminal.Sub(x.FirstDue).Seconds() })
+	f := 1000 / float64(o.nOther)
+	recs, recBytes := "–", "–"
+	if w := r.burst[0].WAL; w.Records >= 0 { // counted in the first run only
+		recs, recBytes = fmt.Sprintf("%.1f", w.Records/float64(o.nOther)), fmt.Sprintf("%.0f", w.RecordBytes/float64(o.nOther))
+	}
+	p("| %s | %s | %.0f | %.3f | %.3f | %.3f | %s | %s |\n", thousands(o.nOther), fmtSf(span),
+		pick(r.burst, func(x latencyResult) float64 { return x.Achieved }).Median,
+		pick(r.burst, func(x latencyResult) float64 { return x.CPU.Postgres * f }).Median,
+		pick(r.burst, func(x latencyResult) float64 { return x.CPU.RabbitMQ * f }).Median,
+		pick(r.burst, func(x latencyResult) float64 { return x.CPU.Harness * f }).Median, recs, recBytes)
+	p("\n")
 }

@@ -28,6 +28,7 @@ type riverResult struct {
 	Rate    float64 // jobs/s, first attempt to last completion
 	Elapsed time.Duration
 	CPU     cpuTicks
+	WAL     walUsage
 	RSS     float64
 }
 
@@ -55,11 +56,19 @@ const (
 	riverDefault riverConfig = iota
 	// riverTuned: configured as `river bench` configures its client.
 	riverTuned
+	// riverScheduled: default settings, every job inserted as scheduled
+	// (ScheduledAt a second in the past), as a reminder is stored before it
+	// is due: River's scheduler then moves them to available, as Nudge's
+	// dispatcher claims its due rows, and the run pays for that.
+	riverScheduled
 )
 
 func (c riverConfig) String() string {
-	if c == riverTuned {
+	switch c {
+	case riverTuned:
 		return "river tuned as river bench"
+	case riverScheduled:
+		return "river, jobs inserted as scheduled"
 	}
 	return "river"
 }
@@ -82,7 +91,8 @@ func (c riverConfig) clientConfig(schema string, workers *river.Workers, logger 
 // riverRun inserts n no-op jobs with InsertMany into a schema of its own,
 // then starts k River clients (each with its own pool, configured as cfg
 // says) and measures from the first attempt to the last completion
-// (attempted_at, finalized_at).
+// (attempted_at, finalized_at); with riverScheduled, from the clients' start
+// (the scheduler's moves come before the first attempt).
 func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResult, error) {
 	var res riverResult
 	name, drop, err := e.newSchema(ctx, "bench_river")
@@ -111,10 +121,14 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 		return res, err
 	}
 	const chunk = 2000
+	var opts *river.InsertOpts
+	if cfg == riverScheduled {
+		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(-time.Second)}
+	}
 	for off := 0; off < n; off += chunk {
 		params := make([]river.InsertManyParams, 0, chunk)
 		for i := off; i < min(off+chunk, n); i++ {
-			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
+			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}, InsertOpts: opts})
 		}
 		if _, err := inserter.InsertMany(ctx, params); err != nil {
 			return res, fmt.Errorf("river insert: %w", err)
@@ -133,8 +147,13 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 			p.Close()
 		}
 	}()
+	wal0, err := walStart(ctx, pool)
+	if err != nil {
+		return res, err
+	}
 	resetPeakRSS()
 	cpu0 := readCPU()
+	started := time.Now()
 	for i := range k {
 		p, err := pgxpool.New(ctx, url)
 		if err != nil {
@@ -167,9 +186,15 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	}
 	res.CPU = readCPU().sub(cpu0)
 	res.RSS = peakRSSMiB()
+	if res.WAL, err = wal0.since(ctx, pool); err != nil {
+		return res, err
+	}
 	var first, last time.Time
 	if err := pool.QueryRow(ctx, stmt("RiverSpan")).Scan(&first, &last); err != nil {
 		return res, err
+	}
+	if cfg == riverScheduled {
+		first = started
 	}
 	res.Elapsed = last.Sub(first)
 	res.Rate = float64(n) / res.Elapsed.Seconds()

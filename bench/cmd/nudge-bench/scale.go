@@ -70,12 +70,12 @@ const scaleLoadChunk = 500_000
 // schemas are dropped on return.
 func scaleRun(ctx context.Context, e *env, claimSQL string, size, controlSize, runs, perRun, batch int) (res scaleResult, err error) {
 	res.Size, res.ControlSize = size, controlSize
-	ctl, err := buildScaleTable(ctx, e, controlSize, runs*perRun)
+	ctl, err := buildScaleTable(ctx, e, "ScaleFill", controlSize, runs*perRun)
 	if err != nil {
 		return res, err
 	}
 	defer ctl.close()
-	big, err := buildScaleTable(ctx, e, size, runs*perRun)
+	big, err := buildScaleTable(ctx, e, "ScaleFill", size, runs*perRun)
 	if err != nil {
 		return res, err
 	}
@@ -110,9 +110,9 @@ type scaleTable struct {
 }
 
 // buildScaleTable migrates a new schema and fills its reminders table with
-// size rows terminal or due later and two sets of `due` rows due (see
-// ScaleFill).
-func buildScaleTable(ctx context.Context, e *env, size, due int) (_ *scaleTable, err error) {
+// size rows terminal or due later and two sets of `due` rows due, with the
+// statement named fill (ScaleFill, ScrapeFill).
+func buildScaleTable(ctx context.Context, e *env, fill string, size, due int) (_ *scaleTable, err error) {
 	name, drop, err := e.newSchema(ctx, "bench_scale")
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func buildScaleTable(ctx context.Context, e *env, size, due int) (_ *scaleTable,
 		return t, fmt.Errorf("scale: migrating %s: %w", name, err)
 	}
 	total := size + 2*due
-	if t.load, t.index, err = fillScaleTable(ctx, t.pool, total, due, t.now); err != nil {
+	if t.load, t.index, err = fillScaleTable(ctx, t.pool, fill, total, due, t.now); err != nil {
 		return t, err
 	}
 	var rows int64
@@ -230,13 +230,14 @@ func claimAlternately(ctx context.Context, perRun, batch int, tables []*scaleTab
 	return nil
 }
 
-// fillScaleTable loads total rows, two sets of `due` of them due, into the
+// fillScaleTable loads total rows, two sets of `due` of them due, with the
+// statement named fill, into the
 // migrated reminders table the way a restore would: the secondary indexes and unique constraints are dropped,
 // the rows inserted by two sessions at once, then the same definitions are
 // rebuilt (two at a time), the table analyzed (as autovacuum would after a
 // bulk load) and a checkpoint taken, so the claims do not meet one. Autovacuum
 // is off for the table, so a vacuum of gigabytes cannot start mid-measurement.
-func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, total, due int, now time.Time) (load, index time.Duration, err error) {
+func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total, due int, now time.Time) (load, index time.Duration, err error) {
 	drops, rebuild, err := scaleDeferredIndexes(ctx, pool)
 	if err != nil {
 		return 0, 0, err
@@ -254,7 +255,7 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, total, due int, now
 		last := min(first+scaleLoadChunk-1, total)
 		args := pgx.NamedArgs{"first": first, "last": last, "size": total, "due": due, "block": block, "now": now}
 		fills = append(fills, func(c *pgxpool.Conn) error {
-			if _, err := c.Exec(ctx, stmt("ScaleFill"), args); err != nil {
+			if _, err := c.Exec(ctx, stmt(fill), args); err != nil {
 				return fmt.Errorf("scale: loading rows %d..%d: %w", first, last, err)
 			}
 			return nil
