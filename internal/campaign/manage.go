@@ -83,6 +83,35 @@ type Status struct {
 	LastCheckpoint       *time.Time
 }
 
+// List reads the status of up to limit campaigns (of tenant, when not
+// empty), oldest first.
+func List(ctx context.Context, q pg.Querier, tenant string, limit int) ([]Status, error) {
+	var t *string
+	if tenant != "" {
+		t = &tenant
+	}
+	rows, err := q.Query(ctx, query("List"), t, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing campaigns: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Status])
+	if err != nil {
+		return nil, fmt.Errorf("listing campaigns: %w", err)
+	}
+	return out, nil
+}
+
+// Remaining counts the audience rows a campaign still has to plan (0 once
+// it ended: a late campaign's remainder is Status.Unplanned). It reads the
+// audience, so it needs the caller to be allowed to.
+func Remaining(ctx context.Context, q pg.Querier, id int64) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, query("RemainingOf"), id).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting what campaign %d has left: %w", id, err)
+	}
+	return n, nil
+}
+
 // Get reads a campaign's status.
 func Get(ctx context.Context, q pg.Querier, id int64) (Status, error) {
 	rows, err := q.Query(ctx, query("Status"), id)

@@ -69,3 +69,18 @@ SELECT c.id, c.tenant, c.name, c.source, c.state, c.planned, c.bad,
        (SELECT max(s.at) FROM campaign_slices s WHERE s.campaign_id = c.id)
   FROM campaigns c
  WHERE c.id = $1;
+
+-- name: List
+SELECT c.id, c.tenant, c.name, c.source, c.state, c.planned, c.bad,
+       (SELECT count(*) FROM campaign_slices s WHERE s.campaign_id = c.id), c.unplanned, c.deadline,
+       (SELECT max(s.at) FROM campaign_slices s WHERE s.campaign_id = c.id)
+  FROM campaigns c
+ WHERE ($1::text IS NULL OR c.tenant = $1)
+ ORDER BY c.id
+ LIMIT $2;
+
+-- name: RemainingOf
+-- With the caller's rights: who may not read the audience gets an error.
+SELECT CASE WHEN state = 'planning' OR state = 'paused' THEN nudge_campaign_remaining(id, cursor) ELSE 0 END
+  FROM campaigns
+ WHERE id = $1;
