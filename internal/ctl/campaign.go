@@ -97,9 +97,9 @@ func campaignStatusCmd(connect connector) *cobra.Command {
 		Short: "Show a campaign's progress: planned, bad rows, slices, checkpoint lag, and what remains to plan",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
+			id, err := campaignID(args[0])
 			if err != nil {
-				return fmt.Errorf("campaign ID %q: %w", args[0], err)
+				return err
 			}
 			ctx, pool, done, err := connect(cmd)
 			if err != nil {
@@ -156,9 +156,9 @@ func campaignSetCmd(connect connector, a campaign.Action) *cobra.Command {
 		Short: fmt.Sprintf("%s a campaign of --tenant", a),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
+			id, err := campaignID(args[0])
 			if err != nil {
-				return fmt.Errorf("campaign ID %q: %w", args[0], err)
+				return err
 			}
 			ctx, pool, done, err := connect(cmd)
 			if err != nil {
@@ -176,6 +176,14 @@ func campaignSetCmd(connect connector, a campaign.Action) *cobra.Command {
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the campaign (required)")
 	_ = cmd.MarkFlagRequired("tenant")
 	return cmd
+}
+
+func campaignID(arg string) (int64, error) {
+	id, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("campaign ID %q: %w", arg, err)
+	}
+	return id, nil
 }
 
 // writeCampaigns prints one line per campaign; checkpoint lag is the time
