@@ -29,17 +29,13 @@ var queries = sqlfile.Parse("queries.sql", queriesSQL)
 
 func query(name string) string { return queries.Get(name) }
 
-// Channel is the pseudo-channel of planning commands: the routing key and
-// queue of the planning queue (broker.Topology with Channels ["plan"]), and
-// the channel their signing key is derived for (message.ChannelKey), so a
-// channel worker's key cannot forge them.
-const Channel = "plan"
+// Channel is the pseudo-channel of planning commands (broker.PlanChannel).
+const Channel = broker.PlanChannel
 
-// Topology is the broker topology of the planning queue under prefix: the
-// work exchange routes "plan" to P.plan, with its retry tiers and dead-letter
-// queue, declared like every channel's (additive: other queues are untouched).
+// Topology is the broker topology of the planning queue under prefix
+// (broker.Topology.Planning).
 func Topology(prefix string) broker.Topology {
-	return broker.Topology{Prefix: prefix, Channels: []string{Channel}}.WithDefaults()
+	return broker.Topology{Prefix: prefix}.Planning()
 }
 
 // Errors of the planner.
