@@ -16,7 +16,8 @@ import (
 // slice's transaction committed and its continuation was confirmed; a
 // command that cannot be verified is dead-lettered (rejected without
 // requeue, to P.plan.dead); any other failure gives it back for redelivery,
-// which the queue's delivery limit bounds. A lost connection ends Consume
+// which the queue's delivery limit bounds. When ctx ends, the command in
+// hand is finished first (a soft stop). A lost connection ends Consume
 // with an error: the process exits and its Deployment restarts it, which is
 // the whole recovery a planner needs (the checkpoint is in the database).
 func (p *Planner) Consume(ctx context.Context, amqpURL string) error {
@@ -49,7 +50,9 @@ func (p *Planner) Consume(ctx context.Context, amqpURL string) error {
 			if !ok {
 				return errors.New("planner: delivery channel closed")
 			}
-			if err := p.settle(ctx, d); err != nil {
+			// A slice started is finished, not abandoned on SIGTERM: it
+			// is bounded by the campaign's lease and the publish timeout.
+			if err := p.settle(context.WithoutCancel(ctx), d); err != nil {
 				return err
 			}
 		}
@@ -64,8 +67,6 @@ func (p *Planner) settle(ctx context.Context, d amqp.Delivery) error {
 	case errors.Is(err, ErrPoison):
 		p.Log.Error().Err(err).Msg("dead-lettering a planning command")
 		return ack(d.Reject(false))
-	case ctx.Err() != nil:
-		return ack(d.Nack(false, true))
 	default:
 		p.Log.Warn().Err(err).Stringer("verdict", dec.Verdict).Msg("planning command given back")
 		return ack(d.Nack(false, true))

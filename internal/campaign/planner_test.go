@@ -186,3 +186,34 @@ func TestIntakeManagesItsTenantsCampaignsOnly(t *testing.T) {
 	_, err = web.Exec(ctx, `UPDATE campaigns SET state = 'planning'`)
 	require.ErrorContains(t, err, "permission denied", "intake writes only through the functions")
 }
+
+// nudge_planner writes a campaign's progress only, and reads only the
+// audiences granted to it; a source it could not read is refused at
+// registration.
+func TestPlannerRoleIsLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ctx := context.Background()
+	id := b.create(t, "c", 10)
+	for _, sql := range []string{
+		`UPDATE campaigns SET tenant = 'globex'`,
+		`UPDATE campaigns SET source = 'other'`,
+		`DELETE FROM campaign_slices`,
+		`INSERT INTO campaign_sources VALUES ('x', 'acme', 'renewals', 'learner_id', 'email', NULL, NULL)`,
+		`SELECT nudge_campaign_source('x', 'acme', 'renewals', 'learner_id', 'email', NULL, NULL)`,
+		`UPDATE reminders SET state = 'canceled'`,
+		`SELECT * FROM nudge_campaign_set('acme', 1, 'cancel')`,
+	} {
+		_, err := b.planner.Exec(ctx, sql)
+		require.ErrorContains(t, err, "permission denied", sql)
+	}
+	_, err := b.planner.Exec(ctx, `UPDATE campaigns SET updated_at = now() WHERE id = $1`, id)
+	require.NoError(t, err, "its progress columns it may write")
+
+	_, err = b.db.Pool.Exec(ctx, `CREATE TABLE secrets (id bigint PRIMARY KEY, email text)`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `SELECT nudge_campaign_source('secrets', 'acme', 'secrets', 'id', 'email', NULL, NULL)`)
+	require.ErrorContains(t, err, "nudge_planner may not read")
+	_, err = b.db.Pool.Exec(ctx, `SELECT nudge_campaign_source('typo', 'acme', 'renewals', 'learner', 'email', NULL, NULL)`)
+	require.ErrorContains(t, err, "has no column")
+}
