@@ -22,7 +22,7 @@ import (
 )
 
 // killAudience is the audience of the kill test: 100,000 as issue 15 asks
-// (about 20 s here, 25 s with -race), or NUDGE_CAMPAIGN_KILL_N.
+// (about 20 s here, 30-35 s with -race), or NUDGE_CAMPAIGN_KILL_N.
 func killAudience() int {
 	if n, err := strconv.Atoi(os.Getenv("NUDGE_CAMPAIGN_KILL_N")); err == nil && n >= 2000 {
 		return n
