@@ -289,7 +289,32 @@ CREATE POLICY nudge_planner ON reminder_events TO nudge_planner USING (true) WIT
 -- The bulk statement reads the existing row of a key whole (to answer
 -- "exists" or "conflict"), as it does for nudge_operator.
 GRANT SELECT ON reminders TO nudge_planner;
-GRANT INSERT (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key)
-    ON reminders TO nudge_planner;
+-- The planner inserts what the bulk intake statement inserts, which is what
+-- nudge_operator may insert (nudgectl schedule runs the same statement):
+-- the columns are copied from its grants, so they follow the columns earlier
+-- migrations gave intake (send windows among them). A later migration that
+-- makes the statement insert another column grants it to both roles.
+DO $$
+DECLARE
+    cols text;
+BEGIN
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO STRICT cols
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = 'reminders'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       AND has_column_privilege('nudge_operator', 'reminders'::regclass, a.attnum, 'INSERT');
+    EXECUTE format('GRANT INSERT (%s) ON reminders TO nudge_planner', cols);
+END $$;
 GRANT INSERT (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     ON reminder_events TO nudge_planner;
+-- The pure local-time functions intake's validation calls, and the zone
+-- table they read, as version 11 grants them to every component role.
+GRANT SELECT ON nudge_time_zones TO nudge_planner;
+GRANT EXECUTE ON FUNCTION
+    nudge_tz_name_allowed(text),
+    nudge_valid_tz(text),
+    nudge_resolve_local(timestamp, text),
+    nudge_window_check(time, time, integer),
+    nudge_window_opening(date, time, time, integer, text),
+    nudge_window_open(time, time, integer, text, timestamptz),
+    nudge_next_opening(time, time, integer, text, timestamptz)
+  TO nudge_planner;
