@@ -18,6 +18,12 @@
 //	            no other exchange but P.dead: never the default exchange,
 //	            which reaches every queue by name, other channels' included
 //
+// Campaign planning commands (internal/campaign) have a topology of their own
+// under the same prefix, Planning: the work exchange routes "plan" to P.plan,
+// with P.plan.dead and one retry tier, declared beside the channels' by the
+// migration step, so the channels' consumers, publishers and checks are
+// untouched by it.
+//
 // Declarations are idempotent; a queue declared earlier with other arguments
 // makes the declaration fail loudly (406) rather than run with a drifted shape.
 package broker
@@ -108,6 +114,23 @@ func (t Topology) WithDefaults() Topology {
 	sort.Slice(tiers, func(i, j int) bool { return tiers[i] < tiers[j] })
 	t.RetryTiers = tiers
 	return t
+}
+
+// PlanChannel is the pseudo-channel of campaign planning commands: the
+// routing key and queue of Planning, and the channel their signing key is
+// derived for (message.ChannelKey), so no channel worker's key signs them.
+const PlanChannel = "plan"
+
+// PlanRetryTier is the one retry tier of the planning queue.
+const PlanRetryTier = 5 * time.Second
+
+// Planning is the planning queue's topology under t's prefix, with t's
+// bounds: the channel PlanChannel and the one retry tier PlanRetryTier.
+func (t Topology) Planning() Topology {
+	p := t
+	p.Channels = []string{PlanChannel}
+	p.RetryTiers = []time.Duration{PlanRetryTier}
+	return p.WithDefaults()
 }
 
 // WorkExchange is the exchange the dispatcher publishes to.

@@ -27,18 +27,25 @@ func (tf *topologyFlags) topology() broker.Topology {
 	return broker.Topology{Prefix: tf.prefix}.WithDefaults()
 }
 
-// declare declares the whole topology and says so on out.
+// declare declares the whole topology, the planning queue's too, and says
+// so on out.
 func (tf *topologyFlags) declare(out io.Writer) error {
 	t := tf.topology()
-	if err := t.PrepareAt(tf.amqpURL, "nudgectl-declare", true, broker.Uses{}); err != nil {
-		return fmt.Errorf("declaring the broker topology: %w", err)
+	for _, d := range []broker.Topology{t, t.Planning()} {
+		if err := d.PrepareAt(tf.amqpURL, "nudgectl-declare", true, broker.Uses{}); err != nil {
+			return fmt.Errorf("declaring the broker topology: %w", err)
+		}
 	}
 	fmt.Fprintf(out, "declared the broker topology: exchanges %s, %d queues (prefix %s)\n",
 		strings.Join(t.Exchanges(), ", "), len(t.Queues()), t.Prefix)
+	fmt.Fprintf(out, "declared the planning queue %s (%d queues)\n", t.Planning().Queue(broker.PlanChannel),
+		len(t.Planning().Queues()))
 	return nil
 }
 
-// check checks that the whole topology exists and says so on out.
+// check checks that the whole topology exists and says so on out. The
+// planning queue is not part of it: only the planner needs it, and checks it
+// at its own start.
 func (tf *topologyFlags) check(out io.Writer) error {
 	t := tf.topology()
 	if err := t.PrepareAt(tf.amqpURL, "nudgectl-check", false, t.AllUses()); err != nil {

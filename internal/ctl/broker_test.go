@@ -21,8 +21,10 @@ func freshTopology(t *testing.T) (url string, topo broker.Topology) {
 			return
 		}
 		defer conn.Close()
-		if ch, err := conn.Channel(); err == nil {
-			_ = topo.Delete(ch)
+		for _, t := range []broker.Topology{topo, topo.Planning()} {
+			if ch, err := conn.Channel(); err == nil {
+				_ = t.Delete(ch)
+			}
 		}
 	})
 	return mq.URL, topo
@@ -66,4 +68,6 @@ func TestMigrateDeclaresTheTopologyOnlyWhenAsked(t *testing.T) {
 	require.Contains(t, res.stdout, "schema is up to date")
 	require.Contains(t, res.stdout, "declared the broker topology")
 	require.NoError(t, topo.PrepareAt(url, "ctl-test", false, topo.AllUses()))
+	require.NoError(t, topo.Planning().PrepareAt(url, "ctl-test", false, topo.Planning().AllUses()),
+		"the planning queue is declared too")
 }

@@ -46,7 +46,7 @@ func Command() *cobra.Command {
 	}
 	root.AddCommand(migrateCmd(connect), scheduleCmd(connect), cancelCmd(connect), rescheduleCmd(connect),
 		updateCmd(connect), showCmd(connect), statsCmd(connect), replayCmd(connect), dlqCmd(connect), brokerCmd(), keysCmd(),
-		listCmd(connect), bulkCmd(connect), consoleCmd(connect, &common))
+		listCmd(connect), bulkCmd(connect), consoleCmd(connect, &common), campaignCmd(connect))
 	commandLineOnly(root)
 	withExitCodes(root)
 	return root

@@ -1,0 +1,86 @@
+-- Every statement the planner runs against the campaign tables (schema
+-- migration 0020). A slice is one transaction: Lock, Timeouts, Audience,
+-- the bulk intake statement (pkg/intake), BadRows, Checkpoint, Advance.
+-- Time comes from the caller's clock ($n "now"), never from now().
+
+-- name: Lock
+-- Locks the campaign for one slice: the row lock is the planning lease (it
+-- ends with the transaction, or with the session of a killed planner), the
+-- fence says which slice the campaign is at.
+SELECT id, tenant, channel, template, due_at, days_before, deadline, slice_size,
+       extract(epoch FROM lease)::float8, state, cursor, fence, continued, updated_at
+  FROM campaigns
+ WHERE id = $1
+   FOR UPDATE;
+
+-- name: Timeouts
+-- Bounds the rest of the slice's transaction by the campaign's lease: a
+-- planner stalled past it loses its session, and with it every write of the
+-- slice, before another may plan.
+SELECT set_config('statement_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $1, true);
+
+-- name: Audience
+SELECT a_key, a_recipient, a_data, a_date FROM nudge_campaign_audience($1, $2, $3);
+
+-- name: Remaining
+SELECT nudge_campaign_remaining($1, $2);
+
+-- name: BadRows
+INSERT INTO campaign_bad_rows (campaign_id, audience_key, reason, at)
+SELECT $1, k, r, $4 FROM unnest($2::text[], $3::text[]) AS u(k, r)
+    ON CONFLICT (campaign_id, audience_key) DO NOTHING;
+
+-- name: Checkpoint
+INSERT INTO campaign_slices (campaign_id, slice, cursor_from, cursor_to, rows_read, intents, bad_rows, planner, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: Advance
+-- Stores the next cursor and the counts, fenced: only the holder of fence $2.
+UPDATE campaigns
+   SET cursor = $3, fence = fence + 1, planned = planned + $4, bad = bad + $5,
+       state = CASE WHEN $6::boolean THEN 'done' ELSE state END,
+       ended_at = CASE WHEN $6::boolean THEN $7::timestamptz END,
+       updated_at = $7::timestamptz
+ WHERE id = $1 AND fence = $2 AND state = 'planning';
+
+-- name: EndLate
+UPDATE campaigns
+   SET state = 'late', unplanned = $3, fence = fence + 1, ended_at = $4, updated_at = $4
+ WHERE id = $1 AND fence = $2 AND state = 'planning';
+
+-- name: Continued
+-- Records that the command for fence $2 was published (confirmed).
+UPDATE campaigns SET continued = $2 WHERE id = $1 AND continued < $2;
+
+-- name: Runnable
+-- The campaigns the planner's cron publishes a command for.
+SELECT id, tenant, deadline, fence FROM campaigns WHERE state = 'planning' ORDER BY id;
+
+-- name: Create
+SELECT id, created FROM nudge_campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+
+-- name: Set
+SELECT nudge_campaign_set($1, $2, $3);
+
+-- name: Status
+SELECT c.id, c.tenant, c.name, c.source, c.state, c.planned, c.bad,
+       (SELECT count(*) FROM campaign_slices s WHERE s.campaign_id = c.id), c.unplanned, c.deadline,
+       (SELECT max(s.at) FROM campaign_slices s WHERE s.campaign_id = c.id)
+  FROM campaigns c
+ WHERE c.id = $1;
+
+-- name: List
+SELECT c.id, c.tenant, c.name, c.source, c.state, c.planned, c.bad,
+       (SELECT count(*) FROM campaign_slices s WHERE s.campaign_id = c.id), c.unplanned, c.deadline,
+       (SELECT max(s.at) FROM campaign_slices s WHERE s.campaign_id = c.id)
+  FROM campaigns c
+ WHERE ($1::text IS NULL OR c.tenant = $1)
+ ORDER BY c.id
+ LIMIT $2;
+
+-- name: RemainingOf
+-- With the caller's rights: who may not read the audience gets an error.
+SELECT CASE WHEN state = 'planning' OR state = 'paused' THEN nudge_campaign_remaining(id, cursor) ELSE 0 END
+  FROM campaigns
+ WHERE id = $1;

@@ -1,0 +1,89 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/campaign"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/probe"
+)
+
+// Planner is what the planner binary's flags fill in: a Deployment that
+// consumes planning commands, or, with Nudge, the planner's own CronJob that
+// publishes one command per campaign still planning and exits.
+type Planner struct {
+	Common config.Common
+	// Nudge publishes one planning command per campaign still planning, and returns.
+	Nudge bool
+	// Listen is where /healthz, /readyz and /metrics are served (empty: nowhere).
+	Listen string
+	// Retry is the wait before consuming again after a lost connection.
+	Retry time.Duration
+}
+
+// RegisterFlags adds the planner's flags to fs.
+func (o *Planner) RegisterFlags(fs *pflag.FlagSet) {
+	o.Common.RegisterDB(fs)
+	o.Common.RegisterBroker(fs)
+	fs.BoolVar(&o.Nudge, "nudge", false,
+		"publish one planning command per campaign still planning and exit (the planner's CronJob)")
+	fs.StringVar(&o.Listen, "listen", DefaultListen, "address for /healthz, /readyz and /metrics (empty: none)")
+	fs.DurationVar(&o.Retry, "reconnect-after", 2*time.Second, "wait before consuming again after the broker connection is lost")
+}
+
+// Run checks the planning queue exists, then nudges once (Nudge) or
+// consumes planning commands until ctx ends.
+func (o *Planner) Run(ctx context.Context, env Env) error {
+	keys, err := o.Common.Keys()
+	if err != nil {
+		return err
+	}
+	if !keys.CanSeal(campaign.Channel) {
+		return fmt.Errorf("--signing-keys: the active key has no key for channel %q (give KID@%s:HEX, nudgectl keys derive)",
+			campaign.Channel, campaign.Channel)
+	}
+	pool, err := o.Common.Pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	actor := config.Actor("planner")
+	topo := campaign.Topology(o.Common.QueuePrefix)
+	uses := broker.Uses{Exchanges: []string{topo.WorkExchange()}, Queues: []string{topo.Queue(campaign.Channel)}}
+	if err := topo.PrepareAt(o.Common.AMQPURL, actor, o.Common.DeclareTopology, uses); err != nil {
+		return fmt.Errorf("preparing the planning queue: %w", err)
+	}
+	pub := broker.NewPublisher(o.Common.AMQPURL, topo, actor)
+	pub.Timeout = o.Common.PublishTimeout
+	defer pub.Close()
+	if o.Nudge {
+		n, err := campaign.Nudge(ctx, pool, pub, topo, keys, env.Clock.Now())
+		env.Log.Info().Int("campaigns", n).Err(err).Msg("planning commands published")
+		return err
+	}
+	p := &campaign.Planner{Pool: pool, Keys: keys, Publisher: pub, Topology: topo, Clock: env.Clock,
+		Name: actor, Log: env.Log}
+	var consuming atomic.Bool
+	if err := probe.Serve(ctx, o.Listen, env.Registry, consuming.Load, env.Log); err != nil {
+		return err
+	}
+	for {
+		consuming.Store(true)
+		err := p.Consume(ctx, o.Common.AMQPURL)
+		consuming.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		env.Log.Warn().Err(err).Dur("after", o.Retry).Msg("planner consuming again")
+		if clock.Sleep(ctx, env.Clock, o.Retry) != nil {
+			return nil // stopped on purpose while waiting
+		}
+	}
+}
