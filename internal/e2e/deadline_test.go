@@ -65,7 +65,9 @@ func TestNoSMSAcceptedAtOrAfterItsDeadline(t *testing.T) {
 	}
 	sum, err := f.dispatcher("dispatcher").RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, total, sum.Enqueued)
+	// On a loaded machine the first deadlines (1 s away when scheduled) can
+	// pass before the claim: those expire at the dispatcher, never sent.
+	require.Equal(t, total, sum.Enqueued+sum.Expired)
 	rec := &reconcile.Reconciler{Enqueuer: f.enqueuer("reconciler"), Config: reconcile.Config{Overdue: 30 * time.Second}, Log: f.log}
 	wg.Go(func() { _ = rec.Loop(runCtx, time.Second) })
 	f.waitTerminal(t, time.Minute)
