@@ -317,7 +317,8 @@ type slice struct {
 func buildSlice(c campaignRow, aud []audienceRow) slice {
 	var s slice
 	for _, a := range aud {
-		due, deadline := c.deadline, c.deadline
+		var due time.Time
+		deadline := c.deadline
 		switch {
 		case c.dueAt != nil:
 			due = *c.dueAt
