@@ -51,10 +51,31 @@ BEGIN
     RETURN ROW(r.id, r.key, 'changed', 'pending')::nudge_change;
 END $$;
 
-DO $$
+-- nudge_reschedule_to is now nudge_reschedule_window with the window the
+-- reminder has: one body for both (the answers, checks and event are the
+-- same; a NOT FOUND key reads NULLs and is answered not_found).
+CREATE OR REPLACE FUNCTION nudge_reschedule_to(p_tenant text, p_key text, p_due_at timestamptz, p_deadline timestamptz,
+                                               p_actor text DEFAULT 'intake',
+                                               p_reason text DEFAULT 'rescheduled by application')
+RETURNS nudge_change LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    w record;
 BEGIN
-    EXECUTE format('ALTER FUNCTION nudge_reschedule_window(text, text, timestamptz, timestamptz, time, time, integer, text, text) '
-                   'SET search_path = %I, pg_temp', current_schema());
+    PERFORM nudge_check_tenant(p_tenant);
+    SELECT window_open, window_close, window_days INTO w FROM reminders WHERE tenant = p_tenant AND key = p_key;
+    RETURN nudge_reschedule_window(p_tenant, p_key, p_due_at, p_deadline,
+                                   w.window_open, w.window_close, w.window_days, p_actor, p_reason);
+END $$;
+
+DO $$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY[
+        'nudge_reschedule_window(text, text, timestamptz, timestamptz, time, time, integer, text, text)',
+        'nudge_reschedule_to(text, text, timestamptz, timestamptz, text, text)'] LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
+    END LOOP;
 END $$;
 
 REVOKE EXECUTE ON FUNCTION
