@@ -110,3 +110,24 @@ SELECT count(*)::integer, percentile_cont(0.95) WITHIN GROUP (ORDER BY took_ms::
   FROM (SELECT took_ms, rows_read FROM campaign_slices
          WHERE took_ms IS NOT NULL AND rows_read >= $2
          ORDER BY at DESC LIMIT $1) s;
+
+-- name: Cohort
+SELECT tenant FROM campaign_cohort ORDER BY tenant;
+
+-- name: CohortSet
+-- $1: the whole cohort.
+WITH gone AS (DELETE FROM campaign_cohort WHERE tenant <> ALL ($1::text[]))
+INSERT INTO campaign_cohort (tenant, added_by) SELECT t, $2 FROM unnest($1::text[]) AS u(t)
+    ON CONFLICT (tenant) DO NOTHING;
+
+-- name: CohortAdd
+INSERT INTO campaign_cohort (tenant, added_by) SELECT t, $2 FROM unnest($1::text[]) AS u(t)
+    ON CONFLICT (tenant) DO NOTHING;
+
+-- name: CohortRemove
+-- $2 (who) is unused: a removal leaves no row.
+DELETE FROM campaign_cohort WHERE tenant = ANY ($1::text[]) AND $2::text IS NOT NULL;
+
+-- name: CompareShadow
+SELECT slice, shadow_rows, shadow_intents, shadow_bad, real_rows, real_intents, real_bad, same
+  FROM nudge_campaign_shadow_compare($1, $2);

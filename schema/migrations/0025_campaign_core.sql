@@ -387,4 +387,4 @@ GRANT SELECT, INSERT, DELETE ON campaign_cohort TO nudge_operator;
 -- The planner reads staged rows (the keyset scan), the cohort, and records
 -- a slice's time and a shadow campaign's keys.
 GRANT SELECT ON campaign_staged_rows, campaign_cohort TO nudge_planner;
-GRANT INSERT ON campaign_shadow_keys TO nudge_planner;
+GRANT SELECT, INSERT ON campaign_shadow_keys TO nudge_planner;
