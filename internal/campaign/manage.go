@@ -159,3 +159,15 @@ func Get(ctx context.Context, q pg.Querier, id int64) (Status, error) {
 	}
 	return s, nil
 }
+
+// Find returns the id of the campaign of tenant named name (ok false: none).
+func Find(ctx context.Context, q pg.Querier, tenant, name string) (id int64, ok bool, err error) {
+	err = q.QueryRow(ctx, query("Find"), tenant, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("finding campaign %q of tenant %q: %w", name, tenant, err)
+	}
+	return id, true, nil
+}

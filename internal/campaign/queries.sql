@@ -131,3 +131,18 @@ DELETE FROM campaign_cohort WHERE tenant = ANY ($1::text[]) AND $2::text IS NOT 
 -- name: CompareShadow
 SELECT slice, shadow_rows, shadow_intents, shadow_bad, real_rows, real_intents, real_bad, same
   FROM nudge_campaign_shadow_compare($1, $2);
+
+-- name: StageBegin
+SELECT nudge_campaign_stage_begin($1, $2, $3);
+
+-- name: StageEnd
+SELECT rows, bad FROM nudge_campaign_stage_end($1, $2, $3, $4, $5, $6);
+
+-- name: Staged
+SELECT rows, bad FROM campaign_stages WHERE source = $1;
+
+-- name: StageErrors
+SELECT line, coalesce(key, ''), field, reason FROM campaign_stage_errors WHERE source = $1 ORDER BY line LIMIT $2;
+
+-- name: Find
+SELECT id FROM campaigns WHERE tenant = $1 AND name = $2;
