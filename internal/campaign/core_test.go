@@ -275,3 +275,28 @@ func TestTheSliceSizeIsThePlannersUnlessTheCampaignSetsOne(t *testing.T) {
 		SliceSize: 10001})
 	require.ErrorContains(t, err, `field "slice_size" must be between 1 and 10000`)
 }
+
+// No slice starts that could commit after the deadline: with less than a
+// lease left, the campaign ends late, its remainder counted, and nothing
+// more is planned.
+func TestADeadlineNearerThanALeaseEndsLateWithoutStartingASlice(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 500)
+	ctx := context.Background()
+	id := b.create(t, "nearly-out-of-time", 200)
+	p := b.newPlanner("p1")
+	_, err := p.Step(ctx, campaign.Command{ID: id})
+	require.NoError(t, err)
+	b.clock.Advance(48*time.Hour - 29*time.Second) // the lease is 30 s
+	d, err := p.Step(ctx, campaign.Command{ID: id, Fence: 1})
+	require.NoError(t, err)
+	require.Equal(t, campaign.EndLate, d.Verdict, d.Reason)
+	require.Contains(t, d.Reason, "less than a lease (30s) away")
+	s, err := campaign.Get(ctx, b.db.Pool, id)
+	require.NoError(t, err)
+	require.Equal(t, campaign.Late, s.State)
+	require.Equal(t, int64(200), s.Planned)
+	require.Equal(t, int64(300), *s.Unplanned)
+	require.Equal(t, int64(1), s.Slices, "no slice started after the first")
+	require.Equal(t, 1, b.queued(t), "the first slice's continuation only: a late campaign publishes none")
+}
