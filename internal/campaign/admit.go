@@ -38,30 +38,32 @@ var ErrNotAdmitted = errors.New("campaign not admitted")
 
 // AdmissionInput is what the admission decides on.
 type AdmissionInput struct {
-	Now, Deadline time.Time
+	Now      time.Time `json:"now"`
+	Deadline time.Time `json:"deadline"`
 	// DeliveryFrom is when sends may start at the earliest: the fixed due
 	// time (a local one read in the default zone); zero for due times of
 	// each recipient's own (taken as soon as planned).
-	DeliveryFrom time.Time
-	Audience     int64
-	AudienceFrom string
-	SliceSize    int
+	DeliveryFrom time.Time `json:"delivery_from"`
+	Audience     int64     `json:"audience"`
+	AudienceFrom string    `json:"audience_from"`
+	SliceSize    int       `json:"slice_size"`
 	// RowTime is the planning time per audience row (a slice takes
 	// RowTime × SliceSize + SliceHop).
-	RowTime     time.Duration
-	RowTimeFrom string
+	RowTime     time.Duration `json:"row_time"`
+	RowTimeFrom string        `json:"row_time_from"`
 	// Rate is the channel's sends per second for the tenant (0: no limit).
-	Rate     float64
-	RateFrom string
+	Rate     float64 `json:"rate"`
+	RateFrom string  `json:"rate_from"`
 	// Retry is the time one reminder's retries may take.
-	Retry     time.Duration
-	RetryFrom string
+	Retry     time.Duration `json:"retry"`
+	RetryFrom string        `json:"retry_from"`
 	// Override, when not empty, admits a campaign the numbers refuse; it is
 	// recorded with them.
-	Override string
+	Override string `json:"override,omitempty"`
 }
 
-// Admission is the admission's record: its inputs, the budgets, the verdict.
+// Admission is the admission's record: its inputs, the budgets, the verdict
+// (stored as JSON in campaigns.admission; durations in nanoseconds).
 type Admission struct {
 	AdmissionInput
 	Slices    int64         `json:"slices"`

@@ -88,7 +88,7 @@ func TestCampaignAdmissionCommand(t *testing.T) {
 		SELECT nudge_campaign_source('renewals', 'acme', 'renewals', 'learner_id', 'email', NULL, NULL)`)
 	require.NoError(t, err)
 	limits := audienceFile(t, "limits.json", `{"version": "t1", "channels": {"email": {"account": "ses", "rate": 1, "burst": 1}}}`)
-	now := time.Now().UTC()
+	now := time.Now().UTC().Truncate(time.Second)
 	create := []string{"campaign", "create", "--tenant", "acme", "--name", "too-soon", "--template", "renewal",
 		"--source", "renewals", "--due", now.Add(time.Minute).Format(time.RFC3339),
 		"--deadline", now.Add(10 * time.Minute).Format(time.RFC3339), "--limits", limits}
@@ -102,10 +102,12 @@ func TestCampaignAdmissionCommand(t *testing.T) {
 			"(10ms per row, the default: 0 measured slices, 10 needed; + 250ms per slice for the next command)",
 		`delivery 16m40s: 1000 reminders / 1 sends per second (account "ses" of channel email in ` + limits + ")",
 		"retries 15s: 5 attempts, backoff 1s doubling to at most 1h0m0s",
-		"the window is 10m0s",
+		", starting at the due time " + now.Add(time.Minute).Format(time.RFC3339) + " at the earliest",
 	} {
 		require.Contains(t, msg, want)
 	}
+	// The deadline was given to the second, and the command reads the clock later.
+	require.Regexp(t, `needs 17m5\ds, done at \S+; the window is (9m5\ds|10m0s)`, msg)
 	var n int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM campaigns`).Scan(&n))
 	require.Zero(t, n, "refused: nothing created")
@@ -116,7 +118,7 @@ func TestCampaignAdmissionCommand(t *testing.T) {
 	require.Contains(t, r.stderr, "admitted by override: approved by the renewals team")
 	var override string
 	var admitted bool
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT admission->>'Override', (admission->>'admitted')::boolean FROM campaigns WHERE id = 1`).
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT admission->>'override', (admission->>'admitted')::boolean FROM campaigns WHERE id = 1`).
 		Scan(&override, &admitted))
 	require.Equal(t, "approved by the renewals team", override, "the override is recorded with the numbers")
 	require.True(t, admitted)
