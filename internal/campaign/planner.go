@@ -381,8 +381,9 @@ type slice struct {
 // rule cannot place into bad rows.
 func buildSlice(c campaignRow, aud []audienceRow) slice {
 	var s slice
+	zones := zoneCache{} // at most a slice's rows
 	for _, a := range aud {
-		r, reason := c.request(a)
+		r, reason := c.request(a, zones)
 		if reason != "" {
 			s.badKeys, s.badReasons = append(s.badKeys, a.Key), append(s.badReasons, reason)
 			continue
@@ -397,7 +398,7 @@ func buildSlice(c campaignRow, aud []audienceRow) slice {
 // or why there is none. A row's zone is its zone column, or the campaign's
 // default zone when that is NULL or empty; a local wall time is handed to
 // intake with the zone, which resolves it (pkg/localtime's rules).
-func (c campaignRow) request(a audienceRow) (intake.Request, string) {
+func (c campaignRow) request(a audienceRow, zones zoneCache) (intake.Request, string) {
 	r := intake.Request{Tenant: c.tenant, Key: fmt.Sprintf("campaign:%d:%s", c.id, a.Key), Channel: c.channel,
 		Recipient: deref(a.Recipient), Template: c.template, Deadline: c.deadline}
 	if len(a.Data) > 0 && string(a.Data) != "null" {
@@ -410,7 +411,7 @@ func (c campaignRow) request(a audienceRow) (intake.Request, string) {
 			zone = c.defaultZone
 		}
 		var err error
-		if loc, err = localtime.LoadZone(zone); err != nil {
+		if loc, err = zones.load(zone); err != nil {
 			return r, fmt.Sprintf("field %q %s", "zone", err)
 		}
 		r.TZ = zone
@@ -450,6 +451,25 @@ func (c campaignRow) request(a audienceRow) (intake.Request, string) {
 	}
 	return r, ""
 }
+
+// zoneCache remembers LoadZone's answers (it reads the zone database).
+type zoneCache map[string]struct {
+	loc *time.Location
+	err error
+}
+
+func (z zoneCache) load(name string) (*time.Location, error) {
+	if e, ok := z[name]; ok {
+		return e.loc, e.err
+	}
+	loc, err := localtime.LoadZone(name)
+	z[name] = struct {
+		loc *time.Location
+		err error
+	}{loc, err}
+	return loc, err
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return ""

@@ -28,6 +28,8 @@ import (
 const (
 	MaxAudienceFileBytes    = 256 << 20
 	MaxAudiencePhysicalLine = 4 << 20
+	// maxCachedZones bounds the zone names remembered (there are ~600).
+	maxCachedZones = 1000
 )
 
 // AudienceColumns names the fields of an audience file: the key and the
@@ -56,6 +58,8 @@ type audienceReader struct {
 	row     func(campaign.StagedRow) error
 	bad     func(campaign.StageError)
 	lines   int
+	// zones caches LoadZone's answer per name (it reads the zone database).
+	zones map[string]error
 }
 
 // ReadAudience reads an audience file of format "csv" (a header row, then
@@ -65,7 +69,7 @@ type audienceReader struct {
 // (unreadable, over a limit, a CSV header without the key or recipient).
 func ReadAudience(r io.Reader, format string, cols AudienceColumns, channel string,
 	row func(campaign.StagedRow) error, bad func(campaign.StageError)) error {
-	a := &audienceReader{cols: cols, channel: channel, row: row, bad: bad}
+	a := &audienceReader{cols: cols, channel: channel, row: row, bad: bad, zones: map[string]error{}}
 	switch format {
 	case "csv":
 		return a.readCSV(r)
@@ -292,7 +296,7 @@ func (a *audienceReader) check(n int, vals map[string]string, data json.RawMessa
 		r.Date = &t
 	}
 	if z := strings.TrimSpace(vals[a.cols.Zone]); z != "" {
-		if _, err := localtime.LoadZone(z); err != nil {
+		if err := a.zone(z); err != nil {
 			return bad(a.cols.Zone, "must be an IANA time zone name: "+err.Error())
 		}
 		r.Zone = &z
@@ -303,6 +307,18 @@ func (a *audienceReader) check(n int, vals map[string]string, data json.RawMessa
 		}
 	}
 	return a.row(r)
+}
+
+// zone checks a zone name, remembering the answer for up to maxCachedZones names.
+func (a *audienceReader) zone(name string) error {
+	if err, ok := a.zones[name]; ok {
+		return err
+	}
+	_, err := localtime.LoadZone(name)
+	if len(a.zones) < maxCachedZones {
+		a.zones[name] = err
+	}
+	return err
 }
 
 // checkRecipient says what is wrong with a recipient of channel, or "".
