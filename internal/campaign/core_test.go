@@ -300,3 +300,29 @@ func TestADeadlineNearerThanALeaseEndsLateWithoutStartingASlice(t *testing.T) {
 	require.Equal(t, int64(1), s.Slices, "no slice started after the first")
 	require.Equal(t, 1, b.queued(t), "the first slice's continuation only: a late campaign publishes none")
 }
+
+// With a timestamptz date column, the recipient's day is the day that
+// instant falls on in their zone, and the deadline is the instant itself.
+func TestLocalDaysBeforeAnInstantUseTheRecipientsDay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `
+		CREATE TABLE contracts (id text PRIMARY KEY, email text, ends_at timestamptz, tz text);
+		GRANT SELECT ON contracts TO nudge_planner;
+		INSERT INTO contracts VALUES
+			('tokyo', 'a@example.org', '2027-03-07T20:00:00Z', 'Asia/Tokyo'),        -- 03-08 05:00 there
+			('newyork', 'b@example.org', '2027-03-08T03:00:00Z', 'America/New_York'); -- 03-07 22:00 there
+		SELECT nudge_campaign_source('contracts', 'acme', 'contracts', 'id', 'email', NULL, 'ends_at', 'tz')`)
+	require.NoError(t, err)
+	days, at := 7, localtime.Clock(9, 0)
+	id, _, err := campaign.Create(ctx, b.db.Pool, campaign.Spec{Tenant: "acme", Name: "contracts", Channel: "email",
+		Template: "renewal", Source: "contracts", DaysBefore: &days, AtLocal: &at, Deadline: utc("2027-06-01T00:00:00Z")})
+	require.NoError(t, err)
+	b.planAll(t, b.newPlanner("p1"), id)
+	got := b.reminders(t, id)
+	require.True(t, got["tokyo"].due.Equal(utc("2027-03-01T00:00:00Z")), "2027-03-01 09:00 JST, got %s", got["tokyo"].due)
+	require.True(t, got["tokyo"].deadline.Equal(utc("2027-03-07T20:00:00Z")))
+	require.True(t, got["newyork"].due.Equal(utc("2027-02-28T14:00:00Z")), "2027-02-28 09:00 EST, got %s", got["newyork"].due)
+	require.True(t, got["newyork"].deadline.Equal(utc("2027-03-08T03:00:00Z")))
+}
