@@ -33,7 +33,8 @@ const (
 	// Drop: nothing to do (a duplicate or replayed command, or a campaign
 	// paused, done or canceled); acknowledge and write nothing.
 	Drop
-	// EndLate: the business deadline passed with audience left: end the
+	// EndLate: the business deadline passed, or is nearer than a lease (a
+	// slice started now could commit after it), with audience left: end the
 	// campaign late, counting what was not planned.
 	EndLate
 	// Defer: the planner has less time left than one lease (it is stopping):
@@ -67,6 +68,9 @@ type Snapshot struct {
 	Fence, Continued int64
 	// UpdatedAt is when the last slice committed (or the state last changed).
 	UpdatedAt time.Time
+	// Enabled: the campaign's tenant is in the campaign cohort. Outside it,
+	// a campaign waits: its commands are dropped, its state stays.
+	Enabled bool
 }
 
 // Decision is a verdict and why.
@@ -82,6 +86,8 @@ func Decide(c Snapshot, cmdFence int64, now time.Time, timeLeft time.Duration) D
 	switch {
 	case c.State != Planning:
 		return Decision{Drop, fmt.Sprintf("campaign is %s", c.State)}
+	case !c.Enabled:
+		return Decision{Drop, "the campaign's tenant is not in the campaign cohort: it waits until an operator adds it"}
 	case cmdFence > c.Fence:
 		return Decision{Drop, fmt.Sprintf("command for fence %d is ahead of the campaign's %d (not published by a planner)", cmdFence, c.Fence)}
 	case cmdFence < c.Fence && c.Continued < c.Fence && now.Sub(c.UpdatedAt) >= c.Lease:
@@ -91,6 +97,10 @@ func Decide(c Snapshot, cmdFence int64, now time.Time, timeLeft time.Duration) D
 		return Decision{Drop, fmt.Sprintf("command for fence %d is stale: the campaign is at %d", cmdFence, c.Fence)}
 	case !now.Before(c.Deadline):
 		return Decision{EndLate, fmt.Sprintf("the deadline %s passed", c.Deadline.UTC().Format(time.RFC3339))}
+	case now.Add(c.Lease).After(c.Deadline):
+		// A slice started now could commit after the deadline: none starts.
+		return Decision{EndLate, fmt.Sprintf("the deadline %s is less than a lease (%s) away",
+			c.Deadline.UTC().Format(time.RFC3339), c.Lease)}
 	case timeLeft >= 0 && timeLeft < c.Lease:
 		return Decision{Defer, fmt.Sprintf("%s left, a slice may take %s", timeLeft, c.Lease)}
 	}

@@ -9,7 +9,7 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	base := Snapshot{State: Planning, Deadline: now.Add(time.Hour), Lease: 30 * time.Second,
-		Fence: 5, Continued: 5, UpdatedAt: now.Add(-time.Second)}
+		Fence: 5, Continued: 5, UpdatedAt: now.Add(-time.Second), Enabled: true}
 	with := func(f func(*Snapshot)) Snapshot { s := base; f(&s); return s }
 	tests := []struct {
 		name     string
@@ -29,6 +29,11 @@ func TestDecide(t *testing.T) {
 		{"nor a late one, even past its deadline", with(func(s *Snapshot) { s.State = Late; s.Deadline = now }), 5, -1, Drop},
 		{"at the deadline the campaign ends late", with(func(s *Snapshot) { s.Deadline = now }), 5, -1, EndLate},
 		{"past it too", with(func(s *Snapshot) { s.Deadline = now.Add(-time.Minute) }), 5, -1, EndLate},
+		{"a deadline nearer than a lease ends it late: no slice starts that could commit after it",
+			with(func(s *Snapshot) { s.Deadline = now.Add(29 * time.Second) }), 5, -1, EndLate},
+		{"a deadline exactly a lease away still lets a slice start",
+			with(func(s *Snapshot) { s.Deadline = now.Add(30 * time.Second) }), 5, -1, PlanSlice},
+		{"a tenant outside the cohort waits", with(func(s *Snapshot) { s.Enabled = false }), 5, -1, Drop},
 		{"a stopping planner defers", base, 5, 29 * time.Second, Defer},
 		{"a stopped one too", base, 5, 0, Defer},
 		{"a lost continuation is republished after a lease",

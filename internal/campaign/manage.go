@@ -2,6 +2,7 @@ package campaign
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nudgehq/nudge/internal/pg"
+	"github.com/nudgehq/nudge/pkg/localtime"
 )
 
 // Spec is a campaign to create (nudge_campaign_create).
@@ -17,13 +19,25 @@ type Spec struct {
 	Tenant, Name, Channel, Template string
 	// Source names an audience source registered for Tenant.
 	Source string
-	// The due rule: DueAt, or DaysBefore the source's date column.
+	// The due rule, exactly one of: DueAt; DueLocal, one wall-clock time
+	// read in each recipient's zone; DaysBefore the source's date column
+	// (at that instant, or with AtLocal at that local time of day).
 	DueAt      *time.Time
+	DueLocal   *localtime.Wall
 	DaysBefore *int
-	Deadline   time.Time
-	// SliceSize zero: the schema's default (200). Lease zero: 30 s.
+	AtLocal    *localtime.TimeOfDay
+	// DefaultZone is the zone of audience rows without one ("": UTC).
+	DefaultZone string
+	Deadline    time.Time
+	// SliceSize zero: the planner's configured size (DefaultSliceSize
+	// unless planner --slice-size says otherwise). Lease zero: 30 s.
 	SliceSize int
 	Lease     time.Duration
+	// Shadow plans without creating sendable reminders, recording the
+	// count per slice (and, with ShadowKeys, the audience keys).
+	Shadow, ShadowKeys bool
+	// Admission is the admission's record (Admit), stored with the campaign.
+	Admission *Admission
 }
 
 // Create creates the campaign, or finds the one of the same tenant and name
@@ -37,8 +51,26 @@ func Create(ctx context.Context, q pg.Querier, s Spec) (id int64, created bool, 
 	if s.Lease > 0 {
 		lease = &s.Lease
 	}
+	var dueLocal, atLocal, zone *string
+	if s.DueLocal != nil {
+		w := s.DueLocal.String()
+		dueLocal = &w
+	}
+	if s.AtLocal != nil {
+		t := s.AtLocal.String()
+		atLocal = &t
+	}
+	if s.DefaultZone != "" {
+		zone = &s.DefaultZone
+	}
+	var adm []byte
+	if s.Admission != nil {
+		if adm, err = json.Marshal(s.Admission); err != nil {
+			return 0, false, fmt.Errorf("creating campaign %q: recording its admission: %w", s.Name, err)
+		}
+	}
 	err = q.QueryRow(ctx, query("Create"), s.Tenant, s.Name, s.Channel, s.Template, s.Source, s.DueAt,
-		s.DaysBefore, s.Deadline, size, lease).Scan(&id, &created)
+		s.DaysBefore, s.Deadline, size, lease, dueLocal, atLocal, zone, s.Shadow, s.ShadowKeys, adm).Scan(&id, &created)
 	if err != nil {
 		return 0, false, fmt.Errorf("creating campaign %q of tenant %q: %w", s.Name, s.Tenant, err)
 	}
@@ -126,4 +158,16 @@ func Get(ctx context.Context, q pg.Querier, id int64) (Status, error) {
 		return Status{}, fmt.Errorf("reading campaign %d: %w", id, err)
 	}
 	return s, nil
+}
+
+// Find returns the id of the campaign of tenant named name (ok false: none).
+func Find(ctx context.Context, q pg.Querier, tenant, name string) (id int64, ok bool, err error) {
+	err = q.QueryRow(ctx, query("Find"), tenant, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("finding campaign %q of tenant %q: %w", name, tenant, err)
+	}
+	return id, true, nil
 }

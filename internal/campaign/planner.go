@@ -19,6 +19,7 @@ import (
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -63,6 +64,24 @@ type Planner struct {
 	// StopBy, when set, is when the planner must have stopped (a SIGTERM's
 	// grace period): no slice starts that its lease could carry past it.
 	StopBy func() time.Time
+	// SliceSize is the slice of campaigns that set none (zero: DefaultSliceSize).
+	SliceSize int
+}
+
+// Slice sizes: the default of a campaign that sets none, and the bounds of
+// any (the schema's CHECK on campaigns.slice_size).
+const (
+	DefaultSliceSize = 200
+	MinSliceSize     = 1
+	MaxSliceSize     = 10000
+)
+
+// CheckSliceSize refuses a slice size out of bounds, naming what was expected.
+func CheckSliceSize(n int) error {
+	if n < MinSliceSize || n > MaxSliceSize {
+		return fmt.Errorf("slice size %d is out of range: want %d to %d audience rows", n, MinSliceSize, MaxSliceSize)
+	}
+	return nil
 }
 
 // Command is a planning command: plan campaign ID at fence Fence.
@@ -127,17 +146,25 @@ type campaignRow struct {
 	dueAt            *time.Time
 	daysBefore       *int
 	deadline         time.Time
-	sliceSize        int
+	sliceSize        *int // nil: the planner's
 	leaseSeconds     float64
 	state            State
 	cursor           *string
 	fence, continued int64
 	updatedAt        time.Time
+	// The local due rules: a wall time (its UTC fields), or days_before at
+	// a time of day (seconds after midnight); the zone of rows without one.
+	dueLocal           *time.Time
+	atLocal            *int
+	defaultZone        string
+	shadow, shadowKeys bool
+	enabled            bool
+	size               int // the slice size in force
 }
 
 func (c campaignRow) snapshot() Snapshot {
 	return Snapshot{State: c.state, Deadline: c.deadline, Lease: time.Duration(c.leaseSeconds * float64(time.Second)),
-		Fence: c.fence, Continued: c.continued, UpdatedAt: c.updatedAt}
+		Fence: c.fence, Continued: c.continued, UpdatedAt: c.updatedAt, Enabled: c.enabled}
 }
 
 // Handle verifies one delivery's body and runs its command. An error
@@ -163,12 +190,20 @@ func (p *Planner) Step(ctx context.Context, cmd Command) (Decision, error) {
 	defer tx.Rollback(ctx) //nolint:errcheck // after commit
 	var c campaignRow
 	err = tx.QueryRow(ctx, query("Lock"), cmd.ID).Scan(&c.id, &c.tenant, &c.channel, &c.template, &c.dueAt,
-		&c.daysBefore, &c.deadline, &c.sliceSize, &c.leaseSeconds, &c.state, &c.cursor, &c.fence, &c.continued, &c.updatedAt)
+		&c.daysBefore, &c.deadline, &c.sliceSize, &c.leaseSeconds, &c.state, &c.cursor, &c.fence, &c.continued, &c.updatedAt,
+		&c.dueLocal, &c.atLocal, &c.defaultZone, &c.shadow, &c.shadowKeys, &c.enabled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Decision{Drop, "no such campaign"}, nil
 	}
 	if err != nil {
 		return Decision{}, fmt.Errorf("locking campaign %d: %w", cmd.ID, err)
+	}
+	c.size = p.SliceSize
+	if c.sliceSize != nil {
+		c.size = *c.sliceSize
+	}
+	if c.size <= 0 {
+		c.size = DefaultSliceSize
 	}
 	now := p.Clock.Now()
 	timeLeft := time.Duration(-1)
@@ -239,7 +274,7 @@ func (p *Planner) planSlice(ctx context.Context, tx pgx.Tx, c campaignRow, now t
 	}
 	// The test of issue 15 counts these lines against the checkpoint log.
 	log.Info().Int64("slice", c.fence+1).Str("planner", p.Name).Msg("reading slice")
-	rows, err := tx.Query(ctx, query("Audience"), c.id, c.cursor, c.sliceSize)
+	rows, err := tx.Query(ctx, query("Audience"), c.id, c.cursor, c.size)
 	if err != nil {
 		return nil, fmt.Errorf("reading slice %d of campaign %d: %w", c.fence+1, c.id, err)
 	}
@@ -248,15 +283,17 @@ func (p *Planner) planSlice(ctx context.Context, tx pgx.Tx, c campaignRow, now t
 		return nil, fmt.Errorf("reading slice %d of campaign %d: %w", c.fence+1, c.id, err)
 	}
 	s := buildSlice(c, aud)
-	outs, err := intake.ScheduleMany(ctx, tx, s.reqs)
+	outs, err := p.schedule(ctx, tx, c, s.reqs)
 	if err != nil {
 		return nil, fmt.Errorf("scheduling slice %d of campaign %d: %w", c.fence+1, c.id, err)
 	}
 	intents := 0
+	var planned []string
 	for i, o := range outs {
 		switch {
 		case o.Err == nil:
 			intents++
+			planned = append(planned, s.reqKeys[i])
 		case errors.Is(o.Err, intake.ErrConcurrent):
 			// Someone else wrote one of this campaign's keys at this very
 			// moment: roll the slice back, the command is redelivered.
@@ -270,13 +307,19 @@ func (p *Planner) planSlice(ctx context.Context, tx pgx.Tx, c campaignRow, now t
 			return nil, fmt.Errorf("recording bad rows of campaign %d: %w", c.id, err)
 		}
 	}
+	if c.shadowKeys && len(planned) > 0 {
+		if _, err := tx.Exec(ctx, query("ShadowKeys"), c.id, planned, c.fence+1); err != nil {
+			return nil, fmt.Errorf("recording the shadow keys of campaign %d: %w", c.id, err)
+		}
+	}
 	to := c.cursor
 	if len(aud) > 0 {
 		to = &aud[len(aud)-1].Key
 	}
-	done := len(aud) < c.sliceSize
+	done := len(aud) < c.size
+	took := p.Clock.Now().Sub(now).Milliseconds()
 	if _, err := tx.Exec(ctx, query("Checkpoint"), c.id, c.fence+1, c.cursor, to, len(aud), intents,
-		len(s.badKeys), p.Name, now); err != nil {
+		len(s.badKeys), p.Name, now, took); err != nil {
 		return nil, fmt.Errorf("checkpointing slice %d of campaign %d: %w", c.fence+1, c.id, err)
 	}
 	tag, err := tx.Exec(ctx, query("Advance"), c.id, c.fence, to, intents, len(s.badKeys), done, now)
@@ -290,7 +333,7 @@ func (p *Planner) planSlice(ctx context.Context, tx pgx.Tx, c campaignRow, now t
 		return nil, fmt.Errorf("committing slice %d of campaign %d: %w", c.fence+1, c.id, err)
 	}
 	log.Info().Int64("slice", c.fence+1).Int("rows", len(aud)).Int("intents", intents).
-		Int("bad", len(s.badKeys)).Bool("done", done).Msg("slice planned")
+		Int("bad", len(s.badKeys)).Bool("done", done).Bool("shadow", c.shadow).Int64("took_ms", took).Msg("slice planned")
 	if done {
 		return nil, nil
 	}
@@ -298,12 +341,34 @@ func (p *Planner) planSlice(ctx context.Context, tx pgx.Tx, c campaignRow, now t
 	return &next, nil
 }
 
+// schedule runs the bulk intake statement for a slice's requests. A shadow
+// campaign runs it inside a savepoint it then rolls back: the outcomes (and
+// so the counts) are the ones a real run would get, and no reminder remains.
+func (p *Planner) schedule(ctx context.Context, tx pgx.Tx, c campaignRow, reqs []intake.Request) ([]intake.Outcome, error) {
+	if !c.shadow {
+		return intake.ScheduleMany(ctx, tx, reqs)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := intake.ScheduleMany(ctx, sp, reqs)
+	if rerr := sp.Rollback(ctx); err == nil && rerr != nil {
+		err = rerr
+	}
+	return outs, err
+}
+
 // audienceRow is one row of nudge_campaign_audience.
 type audienceRow struct {
 	Key       string
 	Recipient *string
 	Data      []byte
-	Date      *time.Time
+	// Date is the date column as an instant; Day, its calendar day when the
+	// column is a date (NULL for a timestamptz column).
+	Date *time.Time
+	Day  *time.Time
+	Zone *string
 }
 
 type slice struct {
@@ -316,32 +381,93 @@ type slice struct {
 // rule cannot place into bad rows.
 func buildSlice(c campaignRow, aud []audienceRow) slice {
 	var s slice
+	zones := zoneCache{} // at most a slice's rows
 	for _, a := range aud {
-		var due time.Time
-		deadline := c.deadline
-		switch {
-		case c.dueAt != nil:
-			due = *c.dueAt
-		case a.Date == nil:
-			s.badKeys, s.badReasons = append(s.badKeys, a.Key), append(s.badReasons, "the date column is empty")
+		r, reason := c.request(a, zones)
+		if reason != "" {
+			s.badKeys, s.badReasons = append(s.badKeys, a.Key), append(s.badReasons, reason)
 			continue
-		default:
-			due = a.Date.AddDate(0, 0, -*c.daysBefore)
-			if a.Date.Before(deadline) {
-				deadline = *a.Date
-			}
 		}
-		var data any
-		if len(a.Data) > 0 && string(a.Data) != "null" {
-			data = json.RawMessage(a.Data)
-		}
-		s.reqs = append(s.reqs, intake.Request{
-			Tenant: c.tenant, Key: fmt.Sprintf("campaign:%d:%s", c.id, a.Key), Channel: c.channel,
-			Recipient: deref(a.Recipient), Template: c.template, Data: data, DueAt: due, Deadline: deadline,
-		})
+		s.reqs = append(s.reqs, r)
 		s.reqKeys = append(s.reqKeys, a.Key)
 	}
 	return s
+}
+
+// request is the reminder of audience row a under the campaign's due rule,
+// or why there is none. A row's zone is its zone column, or the campaign's
+// default zone when that is NULL or empty; a local wall time is handed to
+// intake with the zone, which resolves it (pkg/localtime's rules).
+func (c campaignRow) request(a audienceRow, zones zoneCache) (intake.Request, string) {
+	r := intake.Request{Tenant: c.tenant, Key: fmt.Sprintf("campaign:%d:%s", c.id, a.Key), Channel: c.channel,
+		Recipient: deref(a.Recipient), Template: c.template, Deadline: c.deadline}
+	if len(a.Data) > 0 && string(a.Data) != "null" {
+		r.Data = json.RawMessage(a.Data)
+	}
+	local := c.dueLocal != nil || c.atLocal != nil
+	var loc *time.Location
+	if zone := deref(a.Zone); local || zone != "" {
+		if zone == "" {
+			zone = c.defaultZone
+		}
+		var err error
+		if loc, err = zones.load(zone); err != nil {
+			return r, fmt.Sprintf("field %q %s", "zone", err)
+		}
+		r.TZ = zone
+	}
+	switch {
+	case c.dueAt != nil:
+		r.DueAt = *c.dueAt
+	case c.dueLocal != nil:
+		r.DueLocal = localtime.WallOf(c.dueLocal.UTC()).String()
+	case a.Date == nil:
+		return r, "the date column is empty"
+	case c.atLocal == nil:
+		r.DueAt = a.Date.AddDate(0, 0, -*c.daysBefore)
+		if a.Date.Before(r.Deadline) {
+			r.Deadline = *a.Date
+		}
+	default:
+		// The recipient's own day: a date as it is, an instant as the day
+		// it falls on in their zone. Its deadline is the start of that day
+		// there (or the instant), due days_before it at at_local.
+		var y int
+		var m time.Month
+		var d int
+		ends := *a.Date
+		if a.Day != nil {
+			y, m, d = a.Day.UTC().Date()
+			ends = localtime.Resolve(localtime.Wall{Year: y, Month: m, Day: d}, loc)
+		} else {
+			y, m, d = a.Date.In(loc).Date()
+		}
+		at := *c.atLocal
+		r.DueLocal = localtime.Wall{Year: y, Month: m, Day: d - *c.daysBefore,
+			Hour: at / 3600, Minute: at / 60 % 60, Second: at % 60}.String()
+		if ends.Before(r.Deadline) {
+			r.Deadline = ends
+		}
+	}
+	return r, ""
+}
+
+// zoneCache remembers LoadZone's answers (it reads the zone database).
+type zoneCache map[string]struct {
+	loc *time.Location
+	err error
+}
+
+func (z zoneCache) load(name string) (*time.Location, error) {
+	if e, ok := z[name]; ok {
+		return e.loc, e.err
+	}
+	loc, err := localtime.LoadZone(name)
+	z[name] = struct {
+		loc *time.Location
+		err error
+	}{loc, err}
+	return loc, err
 }
 
 func deref(s *string) string {

@@ -8,7 +8,9 @@
 -- ends with the transaction, or with the session of a killed planner), the
 -- fence says which slice the campaign is at.
 SELECT id, tenant, channel, template, due_at, days_before, deadline, slice_size,
-       extract(epoch FROM lease)::float8, state, cursor, fence, continued, updated_at
+       extract(epoch FROM lease)::float8, state, cursor, fence, continued, updated_at,
+       due_local, extract(epoch FROM at_local)::integer, default_zone, shadow, shadow_keys,
+       nudge_campaign_enabled(tenant)
   FROM campaigns
  WHERE id = $1
    FOR UPDATE;
@@ -21,7 +23,7 @@ SELECT set_config('statement_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true);
 
 -- name: Audience
-SELECT a_key, a_recipient, a_data, a_date FROM nudge_campaign_audience($1, $2, $3);
+SELECT a_key, a_recipient, a_data, a_date, a_day, a_zone FROM nudge_campaign_audience($1, $2, $3);
 
 -- name: Remaining
 SELECT nudge_campaign_remaining($1, $2);
@@ -32,8 +34,15 @@ SELECT $1, k, r, $4 FROM unnest($2::text[], $3::text[]) AS u(k, r)
     ON CONFLICT (campaign_id, audience_key) DO NOTHING;
 
 -- name: Checkpoint
-INSERT INTO campaign_slices (campaign_id, slice, cursor_from, cursor_to, rows_read, intents, bad_rows, planner, at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+INSERT INTO campaign_slices (campaign_id, slice, cursor_from, cursor_to, rows_read, intents, bad_rows, planner, at,
+                             took_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+
+-- name: ShadowKeys
+-- The audience keys a shadow slice would have scheduled.
+INSERT INTO campaign_shadow_keys (campaign_id, audience_key, slice)
+SELECT $1, k, $3 FROM unnest($2::text[]) AS u(k)
+    ON CONFLICT (campaign_id, audience_key) DO NOTHING;
 
 -- name: Advance
 -- Stores the next cursor and the counts, fenced: only the holder of fence $2.
@@ -54,11 +63,15 @@ UPDATE campaigns
 UPDATE campaigns SET continued = $2 WHERE id = $1 AND continued < $2;
 
 -- name: Runnable
--- The campaigns the planner's cron publishes a command for.
-SELECT id, tenant, deadline, fence FROM campaigns WHERE state = 'planning' ORDER BY id;
+-- The campaigns the planner's cron publishes a command for: those planning,
+-- of tenants in the campaign cohort.
+SELECT id, tenant, deadline, fence FROM campaigns
+ WHERE state = 'planning' AND nudge_campaign_enabled(tenant)
+ ORDER BY id;
 
 -- name: Create
-SELECT id, created FROM nudge_campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+SELECT id, created FROM nudge_campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+                                              $11, $12, $13, $14, $15, $16);
 
 -- name: Set
 SELECT nudge_campaign_set($1, $2, $3);
@@ -84,3 +97,52 @@ SELECT c.id, c.tenant, c.name, c.source, c.state, c.planned, c.bad,
 SELECT CASE WHEN state = 'planning' OR state = 'paused' THEN nudge_campaign_remaining(id, cursor) ELSE 0 END
   FROM campaigns
  WHERE id = $1;
+
+-- name: SourceSize
+-- The admission's audience count, with the caller's rights.
+SELECT nudge_campaign_source_size($1);
+
+-- name: RowTime
+-- The planning time per audience row of this installation: the 95th
+-- percentile over the last $1 slices that read at least $2 rows (the last,
+-- short slice of a campaign would overstate it), and how many there were.
+SELECT count(*)::integer, percentile_cont(0.95) WITHIN GROUP (ORDER BY took_ms::float8 / rows_read)
+  FROM (SELECT took_ms, rows_read FROM campaign_slices
+         WHERE took_ms IS NOT NULL AND rows_read >= $2
+         ORDER BY at DESC LIMIT $1) s;
+
+-- name: Cohort
+SELECT tenant FROM campaign_cohort ORDER BY tenant;
+
+-- name: CohortSet
+-- $1: the whole cohort.
+WITH gone AS (DELETE FROM campaign_cohort WHERE tenant <> ALL ($1::text[]))
+INSERT INTO campaign_cohort (tenant, added_by) SELECT t, $2 FROM unnest($1::text[]) AS u(t)
+    ON CONFLICT (tenant) DO NOTHING;
+
+-- name: CohortAdd
+INSERT INTO campaign_cohort (tenant, added_by) SELECT t, $2 FROM unnest($1::text[]) AS u(t)
+    ON CONFLICT (tenant) DO NOTHING;
+
+-- name: CohortRemove
+-- $2 (who) is unused: a removal leaves no row.
+DELETE FROM campaign_cohort WHERE tenant = ANY ($1::text[]) AND $2::text IS NOT NULL;
+
+-- name: CompareShadow
+SELECT slice, shadow_rows, shadow_intents, shadow_bad, real_rows, real_intents, real_bad, same
+  FROM nudge_campaign_shadow_compare($1, $2);
+
+-- name: StageBegin
+SELECT nudge_campaign_stage_begin($1, $2, $3);
+
+-- name: StageEnd
+SELECT rows, bad FROM nudge_campaign_stage_end($1, $2, $3, $4, $5, $6);
+
+-- name: Staged
+SELECT rows, bad FROM campaign_stages WHERE source = $1;
+
+-- name: StageErrors
+SELECT line, coalesce(key, ''), field, reason FROM campaign_stage_errors WHERE source = $1 ORDER BY line LIMIT $2;
+
+-- name: Find
+SELECT id FROM campaigns WHERE tenant = $1 AND name = $2;

@@ -20,73 +20,9 @@ func campaignCmd(connect connector) *cobra.Command {
 		Short: "Create, inspect, pause, resume and cancel campaigns planned in slices from an audience source",
 	}
 	cmd.AddCommand(campaignCreateCmd(connect), campaignStatusCmd(connect), campaignListCmd(connect))
+	cmd.AddCommand(campaignStageCmd(connect), campaignCohortCmd(connect), campaignCompareCmd(connect)) // campaign_stage.go
 	for _, a := range []campaign.Action{campaign.Pause, campaign.Resume, campaign.Cancel} {
 		cmd.AddCommand(campaignSetCmd(connect, a))
-	}
-	return cmd
-}
-
-func campaignCreateCmd(connect connector) *cobra.Command {
-	var (
-		s          campaign.Spec
-		due        string
-		daysBefore int
-		deadline   string
-	)
-	cmd := &cobra.Command{
-		Use:   "create",
-		Short: "Create a campaign (creating the same --tenant and --name again returns the first)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := time.Parse(time.RFC3339, deadline)
-			if err != nil {
-				return fmt.Errorf("--deadline: %w", err)
-			}
-			s.Deadline = d
-			switch {
-			case due != "" && cmd.Flags().Changed("days-before"):
-				return fmt.Errorf("give --due or --days-before, not both")
-			case due != "":
-				t, err := time.Parse(time.RFC3339, due)
-				if err != nil {
-					return fmt.Errorf("--due: %w", err)
-				}
-				s.DueAt = &t
-			case cmd.Flags().Changed("days-before"):
-				s.DaysBefore = &daysBefore
-			default:
-				return fmt.Errorf("give a due rule: --due or --days-before")
-			}
-			ctx, pool, done, err := connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			id, created, err := campaign.Create(ctx, pool, s)
-			if err != nil {
-				return err
-			}
-			verb := "created"
-			if !created {
-				verb = "exists"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "campaign %d %s\n", id, verb)
-			return nil
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&s.Tenant, "tenant", "", "tenant of the campaign (required)")
-	f.StringVar(&s.Name, "name", "", "name, unique per tenant (required)")
-	f.StringVar(&s.Channel, "channel", "email", "email, sms or webhook")
-	f.StringVar(&s.Template, "template", "", "message template (required)")
-	f.StringVar(&s.Source, "source", "", "audience source registered for the tenant (required)")
-	f.StringVar(&due, "due", "", "fixed due time, RFC 3339")
-	f.IntVar(&daysBefore, "days-before", 0, "due this many days before each recipient's date column")
-	f.StringVar(&deadline, "deadline", "", "business deadline, RFC 3339 (required)")
-	f.IntVar(&s.SliceSize, "slice-size", 0, "audience rows per slice (0: the schema's default, 200)")
-	f.DurationVar(&s.Lease, "lease", 0, "how long one slice may hold the campaign (0: the schema's default, 30s)")
-	for _, name := range []string{"tenant", "name", "template", "source", "deadline"} {
-		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
 }

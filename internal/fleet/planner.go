@@ -26,6 +26,8 @@ type Planner struct {
 	Listen string
 	// Retry is the wait before consuming again after a lost connection.
 	Retry time.Duration
+	// SliceSize is the slice of campaigns that set none.
+	SliceSize int
 }
 
 // RegisterFlags adds the planner's flags to fs.
@@ -36,11 +38,16 @@ func (o *Planner) RegisterFlags(fs *pflag.FlagSet) {
 		"publish one planning command per campaign still planning and exit (the planner's CronJob)")
 	fs.StringVar(&o.Listen, "listen", DefaultListen, "address for /healthz, /readyz and /metrics (empty: none)")
 	fs.DurationVar(&o.Retry, "reconnect-after", 2*time.Second, "wait before consuming again after the broker connection is lost")
+	fs.IntVar(&o.SliceSize, "slice-size", campaign.DefaultSliceSize, fmt.Sprintf(
+		"audience rows per slice of a campaign that sets none, %d-%d", campaign.MinSliceSize, campaign.MaxSliceSize))
 }
 
 // Run checks the planning queue exists, then nudges once (Nudge) or
 // consumes planning commands until ctx ends.
 func (o *Planner) Run(ctx context.Context, env Env) error {
+	if err := campaign.CheckSliceSize(o.SliceSize); err != nil {
+		return fmt.Errorf("--slice-size: %w", err)
+	}
 	keys, err := o.Common.Keys()
 	if err != nil {
 		return err
@@ -69,7 +76,7 @@ func (o *Planner) Run(ctx context.Context, env Env) error {
 		return err
 	}
 	p := &campaign.Planner{Pool: pool, Keys: keys, Publisher: pub, Topology: topo, Clock: env.Clock,
-		Name: actor, Log: env.Log}
+		Name: actor, Log: env.Log, SliceSize: o.SliceSize}
 	var consuming atomic.Bool
 	if err := probe.Serve(ctx, o.Listen, env.Registry, consuming.Load, env.Log); err != nil {
 		return err
