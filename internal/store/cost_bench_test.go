@@ -58,6 +58,7 @@ type cost struct {
 	execMs                 float64
 	walRecords, walBytes   int64
 	walFPI, hit, dirtied   int64
+	cpuNS                  int64              // the backend's on-CPU time (schedstat)
 	writes                 map[string]float64 // ms per written relation
 	writeRecs, writeBytesM map[string]int64
 }
@@ -83,22 +84,58 @@ type costs struct {
 	xids map[int64]string // transaction id → statement, for pg_waldump
 }
 
+// onCPU is the time process pid has spent on a CPU, from
+// /proc/PID/schedstat (nanoseconds, not clock ticks); -1 when unreadable (a
+// server on another host).
+func onCPU(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // explain runs the named statement under EXPLAIN (ANALYZE, BUFFERS, WAL) (it
-// executes and commits) and adds its cost for rows rows.
+// executes and commits) and adds its cost for rows rows, with the CPU time
+// its backend spent on the transaction (NUDGE_BENCH_TIMING=off leaves out
+// the per-node timing, which costs CPU of its own).
 func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, args pgx.NamedArgs) {
 	tb.Helper()
 	ctx := context.Background()
 	var raw []byte
 	var xid int64
-	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Release()
+	var pid int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		tb.Fatal(err)
+	}
+	options := "ANALYZE, BUFFERS, WAL, FORMAT JSON"
+	if os.Getenv("NUDGE_BENCH_TIMING") == "off" {
+		options += ", TIMING OFF"
+	}
+	cpu0 := onCPU(pid)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&xid); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+query(name), args).Scan(&raw)
+		return tx.QueryRow(ctx, "EXPLAIN ("+options+") "+query(name), args).Scan(&raw)
 	})
 	if err != nil {
 		tb.Fatalf("%s: %v", name, err)
 	}
+	cpu1 := onCPU(pid)
 	cs.xids[xid] = name
 	if os.Getenv("NUDGE_BENCH_PLANS") != "" && cs.by[name] == nil {
 		var out []explained
@@ -118,6 +155,7 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 	}
 	c.runs++
 	c.rows += rows
+	c.cpuNS += cpu1 - cpu0
 	c.execMs += out[0].Exec
 	c.hit += out[0].Plan.Hit
 	c.dirtied += out[0].Plan.Dirtied
@@ -131,8 +169,8 @@ func (cs costs) report(tb testing.TB) {
 	}
 	sort.Strings(names)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n%-18s %6s %9s %9s %9s %9s %7s %s\n", "statement", "rows", "ms/batch", "µs/row",
-		"WALrec/row", "WALB/row", "FPI", "ms by written relation")
+	fmt.Fprintf(&sb, "\n%-18s %6s %9s %9s %9s %9s %9s %9s %9s %7s %s\n", "statement", "rows", "ms/batch", "µs/row",
+		"CPUµs/row", "hit/row", "dirt/row", "WALrec/row", "WALB/row", "FPI", "ms by written relation")
 	for _, n := range names {
 		c := cs.by[n]
 		r := float64(max(c.rows, 1))
@@ -141,8 +179,9 @@ func (cs costs) report(tb testing.TB) {
 			w = append(w, fmt.Sprintf("%s %.1f (%.1f rec/row)", rel, ms/float64(c.runs), float64(c.writeRecs[rel])/r))
 		}
 		sort.Strings(w)
-		fmt.Fprintf(&sb, "%-18s %6d %9.1f %9.1f %9.1f %9.0f %7d %s\n", n, c.rows/c.runs, c.execMs/float64(c.runs),
-			c.execMs*1000/r, float64(c.walRecords)/r, float64(c.walBytes)/r, c.walFPI, strings.Join(w, ", "))
+		fmt.Fprintf(&sb, "%-18s %6d %9.1f %9.1f %9.1f %9.1f %9.2f %9.1f %9.0f %7d %s\n", n, c.rows/c.runs,
+			c.execMs/float64(c.runs), c.execMs*1000/r, float64(c.cpuNS)/1000/r, float64(c.hit)/r, float64(c.dirtied)/r,
+			float64(c.walRecords)/r, float64(c.walBytes)/r, c.walFPI, strings.Join(w, ", "))
 	}
 	tb.Log(sb.String())
 }
@@ -208,12 +247,23 @@ func statementCosts(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 	}
+	// NUDGE_BENCH_SQL runs before the measurements, e.g. to try the
+	// statements without an index: NUDGE_BENCH_SQL='DROP INDEX reminders_parked'.
+	if q := os.Getenv("NUDGE_BENCH_SQL"); q != "" {
+		if _, err := db.Pool.Exec(ctx, q); err != nil {
+			b.Fatalf("NUDGE_BENCH_SQL: %v", err)
+		}
+	}
 	cs := costs{by: map[string]*cost{}, xids: map[int64]string{}}
 	var lsn0, lsn1 string
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn0); err != nil {
 		b.Fatal(err)
 	}
-	const dispatchBatch, workerBatch, rounds = 500, 50, 4
+	const dispatchBatch, workerBatch = 500, 50
+	rounds := 4
+	if _, err := fmt.Sscan(envOr("NUDGE_BENCH_ROUNDS", "4"), &rounds); err != nil || rounds*dispatchBatch > n {
+		b.Fatalf("NUDGE_BENCH_ROUNDS: %q: want a number of 500-row claims up to NUDGE_BENCH_N/500", os.Getenv("NUDGE_BENCH_ROUNDS"))
+	}
 	for range rounds {
 		now := time.Now()
 		cs.explain(b, db, "ClaimDue", dispatchBatch, pgx.NamedArgs{"now": now, "cutoff": now, "limit": dispatchBatch,
@@ -229,7 +279,7 @@ func statementCosts(b *testing.B, n int) {
 			batch := leased[off:min(off+workerBatch, len(leased))]
 			ids, fences := split(batch)
 			now := time.Now()
-			cs.explain(b, db, "ClaimForDelivery", len(batch), pgx.NamedArgs{"now": now, "ids": ids, "fences": fences,
+			cs.explain(b, db, "ClaimForDelivery", len(batch), pgx.NamedArgs{"now": now, "channel": "sms", "ids": ids, "fences": fences,
 				"lease_until": now.Add(time.Minute), "actor": "w"})
 			rows, err := db.Pool.Query(ctx, `SELECT r.id, r.fence, a.id FROM reminders r
 				JOIN delivery_attempts a ON a.reminder_id = r.id AND a.fence = r.fence
