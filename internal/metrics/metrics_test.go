@@ -153,6 +153,7 @@ func TestDBCollectorAgreesWithTheDatabase(t *testing.T) {
 	ins(opstest.Row{Key: "future", DueAt: now.Add(time.Hour)})
 	ins(opstest.Row{Key: "enq", State: reminder.Enqueued, Since: now.Add(-45 * time.Second), Channel: reminder.SMS})
 	ins(opstest.Row{Key: "q", State: reminder.Quarantined, Channel: reminder.SMS})
+	ins(opstest.Row{Key: "snd", State: reminder.Sending, Since: now.Add(time.Minute), Channel: reminder.SMS}) // a live send lease
 	// Past its deadline but not yet expired by the reconciler: 2 minutes owed.
 	ins(opstest.Row{Key: "late", State: reminder.Retrying, DueAt: now.Add(-time.Hour), Deadline: now.Add(-2 * time.Minute),
 		Since: now.Add(time.Minute)})
@@ -184,6 +185,7 @@ func TestDBCollectorAgreesWithTheDatabase(t *testing.T) {
 		`nudge_open_reminders{channel="email",state="retrying"}`:  1,
 		`nudge_open_reminders{channel="sms",state="enqueued"}`:    1,
 		`nudge_open_reminders{channel="sms",state="quarantined"}`: 1,
+		`nudge_open_reminders{channel="sms",state="sending"}`:     1,
 	} {
 		require.Contains(t, vs, k)
 		require.Equal(t, want, vs[k], k)

@@ -6,7 +6,9 @@
 -- The gauges DBCollector derives. Each part reads a range of a partial index
 -- that holds work, not history or the future: the pending-due index up to
 -- @now, the enqueued index, the open-deadline index up to @now, the leases
--- index up to @now, the in-flight index (0023), the expired index over the
+-- index up to @now, the in-flight states over the parked index (0027: leased,
+-- retrying, quarantined), the enqueued index and the leases index (a sending
+-- row always holds a send lease), the expired index over the
 -- last hour and the dispatch runs' own; the newest reminder is the primary
 -- key's end. Pending reminders are counted once due: those scheduled for
 -- later are only estimated, from the pending-due index's reltuples (as of
@@ -25,8 +27,16 @@ SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= 
                  GROUP BY 1
                 UNION ALL
                 SELECT channel, state, count(*) FROM reminders
-                 WHERE state IN ('leased', 'enqueued', 'sending', 'retrying', 'quarantined')
-                 GROUP BY 1, 2) o),
+                 WHERE state IN ('leased', 'retrying', 'quarantined')
+                 GROUP BY 1, 2
+                UNION ALL
+                SELECT channel, 'enqueued', count(*) FROM reminders
+                 WHERE state = 'enqueued'
+                 GROUP BY 1
+                UNION ALL
+                SELECT channel, 'sending', count(*) FROM reminders
+                 WHERE state = 'sending' AND lease_until IS NOT NULL
+                 GROUP BY 1) o),
        (SELECT coalesce(jsonb_object_agg(channel, n), '{}'::jsonb)
           FROM (SELECT channel, count(*) AS n FROM reminders
                  WHERE state = 'expired' AND finished_at > @hour_ago AND finished_at <= @now

@@ -50,6 +50,9 @@ func textPlan(sb *strings.Builder, n planNode, depth int) {
 type explained struct {
 	Plan planNode `json:"Plan"`
 	Exec float64  `json:"Execution Time"`
+	// Planning is the time spent planning, which EXPLAIN does on every run
+	// (a worker's prepared statement is planned once, or a few times).
+	Planning float64 `json:"Planning Time"`
 }
 
 // cost is one statement's server-side cost, summed over its runs.
@@ -58,6 +61,8 @@ type cost struct {
 	execMs                 float64
 	walRecords, walBytes   int64
 	walFPI, hit, dirtied   int64
+	cpuNS                  int64 // the backend's on-CPU time (schedstat)
+	planMs                 float64
 	writes                 map[string]float64 // ms per written relation
 	writeRecs, writeBytesM map[string]int64
 }
@@ -83,22 +88,58 @@ type costs struct {
 	xids map[int64]string // transaction id → statement, for pg_waldump
 }
 
+// onCPU is the time process pid has spent on a CPU, from
+// /proc/PID/schedstat (nanoseconds, not clock ticks); -1 when unreadable (a
+// server on another host).
+func onCPU(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // explain runs the named statement under EXPLAIN (ANALYZE, BUFFERS, WAL) (it
-// executes and commits) and adds its cost for rows rows.
+// executes and commits) and adds its cost for rows rows, with the CPU time
+// its backend spent on the transaction (NUDGE_BENCH_TIMING=off leaves out
+// the per-node timing, which costs CPU of its own).
 func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, args pgx.NamedArgs) {
 	tb.Helper()
 	ctx := context.Background()
 	var raw []byte
 	var xid int64
-	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Release()
+	var pid int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		tb.Fatal(err)
+	}
+	options := "ANALYZE, BUFFERS, WAL, FORMAT JSON"
+	if os.Getenv("NUDGE_BENCH_TIMING") == "off" {
+		options += ", TIMING OFF"
+	}
+	cpu0 := onCPU(pid)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&xid); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+query(name), args).Scan(&raw)
+		return tx.QueryRow(ctx, "EXPLAIN ("+options+") "+query(name), args).Scan(&raw)
 	})
 	if err != nil {
 		tb.Fatalf("%s: %v", name, err)
 	}
+	cpu1 := onCPU(pid)
 	cs.xids[xid] = name
 	if os.Getenv("NUDGE_BENCH_PLANS") != "" && cs.by[name] == nil {
 		var out []explained
@@ -118,7 +159,9 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 	}
 	c.runs++
 	c.rows += rows
+	c.cpuNS += cpu1 - cpu0
 	c.execMs += out[0].Exec
+	c.planMs += out[0].Planning
 	c.hit += out[0].Plan.Hit
 	c.dirtied += out[0].Plan.Dirtied
 	c.modify(out[0].Plan)
@@ -131,8 +174,8 @@ func (cs costs) report(tb testing.TB) {
 	}
 	sort.Strings(names)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n%-18s %6s %9s %9s %9s %9s %7s %s\n", "statement", "rows", "ms/batch", "µs/row",
-		"WALrec/row", "WALB/row", "FPI", "ms by written relation")
+	fmt.Fprintf(&sb, "\n%-18s %6s %9s %9s %9s %10s %9s %9s %9s %9s %7s %s\n", "statement", "rows", "ms/batch", "µs/row",
+		"CPUµs/row", "planµs/row", "hit/row", "dirt/row", "WALrec/row", "WALB/row", "FPI", "ms by written relation")
 	for _, n := range names {
 		c := cs.by[n]
 		r := float64(max(c.rows, 1))
@@ -141,8 +184,10 @@ func (cs costs) report(tb testing.TB) {
 			w = append(w, fmt.Sprintf("%s %.1f (%.1f rec/row)", rel, ms/float64(c.runs), float64(c.writeRecs[rel])/r))
 		}
 		sort.Strings(w)
-		fmt.Fprintf(&sb, "%-18s %6d %9.1f %9.1f %9.1f %9.0f %7d %s\n", n, c.rows/c.runs, c.execMs/float64(c.runs),
-			c.execMs*1000/r, float64(c.walRecords)/r, float64(c.walBytes)/r, c.walFPI, strings.Join(w, ", "))
+		fmt.Fprintf(&sb, "%-18s %6d %9.1f %9.1f %9.1f %10.1f %9.1f %9.2f %9.1f %9.0f %7d %s\n", n, c.rows/c.runs,
+			c.execMs/float64(c.runs), c.execMs*1000/r, float64(c.cpuNS)/1000/r, c.planMs*1000/r, float64(c.hit)/r,
+			float64(c.dirtied)/r,
+			float64(c.walRecords)/r, float64(c.walBytes)/r, c.walFPI, strings.Join(w, ", "))
 	}
 	tb.Log(sb.String())
 }
@@ -174,6 +219,14 @@ func envOr(name, def string) string {
 func statementCosts(b *testing.B, n int) {
 	ctx := context.Background()
 	db := testenv.Postgres(b)
+	// NUDGE_BENCH_SQL runs on the fresh schema before the reminders are scheduled,
+	// e.g. to try the statements without an index or with another fillfactor:
+	// NUDGE_BENCH_SQL='DROP INDEX reminders_parked'.
+	if q := os.Getenv("NUDGE_BENCH_SQL"); q != "" {
+		if _, err := db.Pool.Exec(ctx, q); err != nil {
+			b.Fatalf("NUDGE_BENCH_SQL: %v", err)
+		}
+	}
 	due, deadline := time.Now().Add(-time.Minute), time.Now().Add(2*time.Hour)
 	for off := 0; off < n; off += 2000 {
 		var reqs []intake.Request
@@ -213,7 +266,11 @@ func statementCosts(b *testing.B, n int) {
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn0); err != nil {
 		b.Fatal(err)
 	}
-	const dispatchBatch, workerBatch, rounds = 500, 50, 4
+	const dispatchBatch, workerBatch = 500, 50
+	rounds := 4
+	if _, err := fmt.Sscan(envOr("NUDGE_BENCH_ROUNDS", "4"), &rounds); err != nil || rounds*dispatchBatch > n {
+		b.Fatalf("NUDGE_BENCH_ROUNDS: %q: want a number of 500-row claims up to NUDGE_BENCH_N/500", os.Getenv("NUDGE_BENCH_ROUNDS"))
+	}
 	for range rounds {
 		now := time.Now()
 		cs.explain(b, db, "ClaimDue", dispatchBatch, pgx.NamedArgs{"now": now, "cutoff": now, "limit": dispatchBatch,
@@ -229,7 +286,7 @@ func statementCosts(b *testing.B, n int) {
 			batch := leased[off:min(off+workerBatch, len(leased))]
 			ids, fences := split(batch)
 			now := time.Now()
-			cs.explain(b, db, "ClaimForDelivery", len(batch), pgx.NamedArgs{"now": now, "ids": ids, "fences": fences,
+			cs.explain(b, db, "ClaimForDelivery", len(batch), pgx.NamedArgs{"now": now, "channel": "sms", "ids": ids, "fences": fences,
 				"lease_until": now.Add(time.Minute), "actor": "w"})
 			rows, err := db.Pool.Query(ctx, `SELECT r.id, r.fence, a.id FROM reminders r
 				JOIN delivery_attempts a ON a.reminder_id = r.id AND a.fence = r.fence
@@ -259,7 +316,24 @@ func statementCosts(b *testing.B, n int) {
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn1); err != nil {
 		b.Fatal(err)
 	}
-	cs.walDump(b, lsn0, lsn1)
+	// The schema's relations by file node, to name what pg_waldump records.
+	rels := map[string]string{}
+	rows, err := db.Pool.Query(ctx, `SELECT pg_relation_filenode(c.oid)::text, c.relname FROM pg_class c
+		WHERE c.relnamespace = current_schema()::regnamespace AND pg_relation_filenode(c.oid) <> 0`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rows.Next() {
+		var node, name string
+		if err := rows.Scan(&node, &name); err != nil {
+			b.Fatal(err)
+		}
+		rels[node] = name
+	}
+	if rows.Err() != nil {
+		b.Fatal(rows.Err())
+	}
+	cs.walDump(b, lsn0, lsn1, rels)
 }
 
 // walDump reads the WAL written between from and to with pg_waldump and
@@ -267,7 +341,12 @@ func statementCosts(b *testing.B, n int) {
 // commit record included), by resource manager. It needs read access to the
 // server's pg_wal (NUDGE_PG_WAL, default the Debian path); without it, it
 // says so and returns.
-func (cs costs) walDump(tb testing.TB, from, to string) {
+//
+// It then reports the records of each statement by relation (named by
+// rels, file node → name) and kind: per delivered reminder, which indexes
+// get an entry, and whether a row's update was HOT (HOT_UPDATE) or wrote a
+// new tuple that every index then points to (UPDATE).
+func (cs costs) walDump(tb testing.TB, from, to string, rels map[string]string) {
 	dir := envOr("NUDGE_PG_WAL", "/var/lib/postgresql/15/main/pg_wal")
 	bin := envOr("NUDGE_PG_WALDUMP", "/usr/lib/postgresql/15/bin/pg_waldump")
 	out, err := exec.Command(bin, "-p", dir, "-s", from, "-e", to).Output()
@@ -276,7 +355,8 @@ func (cs costs) walDump(tb testing.TB, from, to string) {
 		return
 	}
 	type agg struct{ recs, bytes int64 }
-	by := map[string]map[string]*agg{} // statement → rmgr → totals
+	by := map[string]map[string]*agg{}     // statement → rmgr → totals
+	byRel := map[string]map[string]int64{} // statement → "relation kind" → records
 	for line := range strings.Lines(string(out)) {
 		f := strings.Fields(line)
 		// rmgr: Heap len (rec/tot): 54/ 54, tx: 735, lsn: ...
@@ -310,6 +390,10 @@ func (cs costs) walDump(tb testing.TB, from, to string) {
 		}
 		a.recs++
 		a.bytes += n
+		if byRel[name] == nil {
+			byRel[name] = map[string]int64{}
+		}
+		byRel[name][walRelation(f, rels)]++
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nWAL per reminder from pg_waldump (the statements' own transactions)\n")
@@ -330,7 +414,41 @@ func (cs costs) walDump(tb testing.TB, from, to string) {
 			strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(&sb, "total per reminder through the pipeline: %.0f B\n", total)
+	fmt.Fprintf(&sb, "\nWAL records per reminder by relation and kind\n")
+	for _, name := range names {
+		r := float64(cs.by[name].rows)
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(byRel[name])) {
+			if v := float64(byRel[name][k]) / r; v >= 0.05 {
+				parts = append(parts, fmt.Sprintf("%s %.2f", k, v))
+			}
+		}
+		fmt.Fprintf(&sb, "%-18s %s\n", name, strings.Join(parts, ", "))
+	}
 	tb.Log(sb.String())
+}
+
+// walRelation names what one pg_waldump record (its fields f) wrote: the
+// relation of its first block reference (by rels, else its file node) and
+// the record's kind (INSERT_LEAF, UPDATE, HOT_UPDATE, ...); records without
+// a block (commits) by their resource manager.
+func walRelation(f []string, rels map[string]string) string {
+	kind, rel := "", ""
+	for i, w := range f {
+		if w == "desc:" && i+1 < len(f) {
+			kind = f[i+1]
+		}
+		if w == "rel" && i+1 < len(f) && rel == "" {
+			node := f[i+1][strings.LastIndexByte(f[i+1], '/')+1:]
+			if rel = rels[node]; rel == "" {
+				rel = "rel " + node
+			}
+		}
+	}
+	if rel == "" {
+		return f[1]
+	}
+	return rel + " " + kind
 }
 
 func fencedIn(tb testing.TB, db *testenv.DB, state string) []Fenced {

@@ -54,26 +54,44 @@ WITH RECURSIVE tenants(tenant) AS (
             ORDER BY r.due_at, r.id
             LIMIT (SELECT n FROM quota)) p
 ), due AS (
-    SELECT r.id, r.state AS old_state
+    -- The picked rows, locked, with what judging them needs (read here, not
+    -- looked up again per row), and their own window as keys that = can
+    -- join on (NULL never equals; the CHECK reminders_window keeps an own
+    -- window's open below 24:00, its close from 00:00 and its days from -1).
+    SELECT r.id, r.state AS old_state, r.tenant, r.channel, r.deadline, coalesce(r.tz, 'UTC') AS tz,
+           r.window_open, r.window_close, r.window_days,
+           coalesce(r.window_open, time '24:00') AS own_open, coalesce(r.window_close, time '00:00') AS own_close,
+           coalesce(r.window_days, -1) AS own_days
       FROM reminders r
      WHERE r.id IN (SELECT id FROM picks ORDER BY turn, due_at, id LIMIT @limit)
        AND (r.state = 'pending') IS TRUE AND r.due_at <= @cutoff
        FOR UPDATE SKIP LOCKED
+), policies AS MATERIALIZED (
+    -- The send window that applies (nudge_send_window: the row's own, else
+    -- its tenant's policy for its channel, else the default), once per
+    -- distinct tenant, channel and own window of the batch, not per row.
+    SELECT k.*, w.window_open, w.window_close, w.window_days
+      FROM (SELECT DISTINCT tenant, channel, own_open, own_close, own_days FROM due) k
+     CROSS JOIN LATERAL nudge_send_window(k.tenant, k.channel, nullif(k.own_open, time '24:00'),
+                                          nullif(k.own_close, time '00:00'), nullif(k.own_days, -1)) w
 ), windowed AS (
-    -- Each picked row's send window (its own, else its tenant's policy for
-    -- its channel, else the default: nudge_send_window), in its zone (NULL:
-    -- UTC). Read for these rows only, never the whole table.
-    SELECT due.id, due.old_state, r.deadline, coalesce(r.tz, 'UTC') AS tz,
-           w.window_open, w.window_close, w.window_days
-      FROM due
-      JOIN reminders r ON r.id = due.id
-     CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
+    -- Each row's window, in its zone: a window that is "any time" (open
+    -- NULL) is open in every zone, so its zone is left out of the key.
+    SELECT d.id, d.old_state, d.deadline, d.tz, p.window_open, p.window_close, p.window_days,
+           CASE WHEN p.window_open IS NULL THEN '' ELSE d.tz END AS zone,
+           coalesce(p.window_open, time '24:00') AS open_key
+      FROM due d
+      JOIN policies p ON p.tenant = d.tenant AND p.channel = d.channel AND p.own_open = d.own_open
+                     AND p.own_close = d.own_close AND p.own_days = d.own_days
 ), openings AS MATERIALIZED (
-    -- @now when the window is open, else its next opening
-    -- (docs/local-time.md): once per distinct zone and window of the batch,
-    -- not per row (the window functions cost tens of microseconds a call).
-    SELECT x.*, nudge_next_opening(x.window_open, x.window_close, x.window_days, x.tz, @now::timestamptz) AS opens_at
-      FROM (SELECT DISTINCT tz, window_open, window_close, window_days FROM windowed) x
+    -- @now when the window is open (always, for "any time"), else its next
+    -- opening (docs/local-time.md): once per distinct zone and window of the
+    -- batch, not per row (the window functions cost tens of microseconds a
+    -- call).
+    SELECT x.*, CASE WHEN x.window_open IS NULL THEN @now::timestamptz
+                     ELSE nudge_next_opening(x.window_open, x.window_close, x.window_days, x.zone, @now::timestamptz)
+                END AS opens_at
+      FROM (SELECT DISTINCT zone, open_key, window_open, window_close, window_days FROM windowed) x
 ), judged AS (
     SELECT p.id, p.old_state,
            CASE WHEN p.deadline <= @now THEN 'deadline'
@@ -82,8 +100,8 @@ WITH RECURSIVE tenants(tenant) AS (
                 ELSE 'no_window' END AS verdict,
            o.opens_at
       FROM windowed p
-      JOIN openings o ON o.tz = p.tz AND o.window_open IS NOT DISTINCT FROM p.window_open
-                     AND o.window_close = p.window_close AND o.window_days = p.window_days
+      JOIN openings o ON o.zone = p.zone AND o.open_key = p.open_key AND o.window_close = p.window_close
+                     AND o.window_days = p.window_days
 ), batch AS (
     SELECT nextval('dispatch_batches') AS id
 ), claimed AS (
@@ -333,14 +351,39 @@ SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.d
 -- evaluated only for rows otherwise claimable).
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
-), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence
+), named AS MATERIALIZED (
+    -- Every named row as the statement's snapshot sees it (what the worker
+    -- is answered), read once, with its own window as keys that = can join
+    -- on (as in ClaimDue).
+    SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
+           r.state, r.fence, r.attempts, r.next_attempt_at, coalesce(r.tz, '') AS tz, m.fence AS want,
+           coalesce(r.window_open, time '24:00') AS own_open, coalesce(r.window_close, time '00:00') AS own_close,
+           coalesce(r.window_days, -1) AS own_days
       FROM m JOIN reminders r ON r.id = m.id
-     CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
-     WHERE NOT (r.fence = m.fence AND r.channel = @channel
-                AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
-                AND r.deadline > @now AND r.due_at <= @now)
-        OR nudge_window_open(w.window_open, w.window_close, w.window_days, coalesce(r.tz, 'UTC'), @now::timestamptz)
+     WHERE r.id = ANY(@ids::bigint[]) -- by the primary key whatever the join
+), policies AS MATERIALIZED (
+    -- The send window that applies (nudge_send_window), once per distinct
+    -- tenant, channel and own window of the batch, not per row.
+    SELECT k.*, w.window_open, w.window_close, w.window_days
+      FROM (SELECT DISTINCT tenant, channel, own_open, own_close, own_days FROM named) k
+     CROSS JOIN LATERAL nudge_send_window(k.tenant, k.channel, nullif(k.own_open, time '24:00'),
+                                          nullif(k.own_close, time '00:00'), nullif(k.own_days, -1)) w
+), windowed AS (
+    SELECT n.*, p.window_open, p.window_close, p.window_days
+      FROM named n
+      JOIN policies p ON p.tenant = n.tenant AND p.channel = n.channel AND p.own_open = n.own_open
+                     AND p.own_close = n.own_close AND p.own_days = n.own_days
+), cur AS (
+    -- The window is evaluated only for rows otherwise claimable, and only
+    -- when it is not "any time" (open NULL: open in every zone).
+    SELECT w.id, w.state AS old_state, w.want AS fence
+      FROM windowed w
+     WHERE NOT (w.fence = w.want AND w.channel = @channel
+                AND (w.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
+                AND w.deadline > @now AND w.due_at <= @now)
+        OR w.window_open IS NULL
+        OR nudge_window_open(w.window_open, w.window_close, w.window_days, coalesce(nullif(w.tz, ''), 'UTC'),
+                             @now::timestamptz)
 ), upd AS (
     UPDATE reminders r
        SET state = 'sending', fence = r.fence + 1, attempts = r.attempts + 1,
@@ -360,15 +403,13 @@ WITH m AS (
     SELECT id, attempts, fence, @actor, @now FROM upd
  RETURNING id, reminder_id
 )
-SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
-       r.state, r.fence, r.attempts, r.next_attempt_at, coalesce(r.tz, ''),
+SELECT w.id, w.tenant, w.channel, w.recipient, w.template, w.data, w.due_at, w.deadline, w.idempotency_key,
+       w.state, w.fence, w.attempts, w.next_attempt_at, w.tz,
        (extract(epoch FROM w.window_open) / 60)::int, (extract(epoch FROM w.window_close) / 60)::int, w.window_days,
        upd.fence, upd.attempts, att.id
-  FROM reminders r
- CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
-  LEFT JOIN upd ON upd.id = r.id
-  LEFT JOIN att ON att.reminder_id = r.id
- WHERE r.id = ANY(@ids::bigint[]);
+  FROM windowed w
+  LEFT JOIN upd ON upd.id = w.id
+  LEFT JOIN att ON att.reminder_id = w.id;
 
 -- name: RecordOutcomes
 -- After the provider answered: each attempt row gets its outcome (@results,

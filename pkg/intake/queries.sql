@@ -98,11 +98,22 @@ SELECT id, key, status, state FROM nudge_cancel_prefix($1, $2, $3, $4, $5);
 
 -- name: CountPrefix
 -- What nudge_cancel_prefix would select (without its limit), as the caller
--- sees the rows: the open ones it would cancel and the sending ones.
+-- sees the rows: the open ones it would cancel and the sending ones. Found
+-- as nudge_cancel_prefix finds them (schema version 27): the waiting rows by
+-- key prefix (reminders_waiting_keys), the enqueued and sending ones among
+-- the work in flight (reminders_enqueued, reminders_leases; "IS TRUE": by
+-- no index of the tenant's keys).
 SELECT count(*) FILTER (WHERE state <> 'sending'), count(*) FILTER (WHERE state = 'sending')
-  FROM reminders
- WHERE tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)
-   AND state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined');
+  FROM (SELECT state FROM reminders
+         WHERE tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)
+           AND state IN ('pending', 'leased', 'retrying', 'quarantined')
+        UNION ALL
+        SELECT state FROM reminders
+         WHERE state = 'enqueued' AND (tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)) IS TRUE
+        UNION ALL
+        SELECT state FROM reminders
+         WHERE state = 'sending' AND lease_until IS NOT NULL
+           AND (tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)) IS TRUE) o;
 
 -- name: RescheduleWindow
 SELECT id, key, status, state FROM nudge_reschedule_window($1, $2, $3, $4, $5::time, $6::time, $7, $8, $9);

@@ -1,0 +1,152 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/nudgehq/nudge/internal/broker"
+	"github.com/nudgehq/nudge/internal/clock"
+	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// onCPU is the time process pid has spent on a CPU (/proc/PID/schedstat,
+// nanoseconds); -1 when unreadable (a server on another host).
+func onCPU(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.Fields(string(b) + " x")[0], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRunOnceCPU measures what one dispatcher pass (RunOnce, batch 500)
+// over NUDGE_BENCH_N (default 10,000) due SMS reminders costs in CPU per
+// 1,000 reminders: this process (claim, sign, publish, record) and the
+// PostgreSQL backends of its pool (from /proc/PID/schedstat), which, unlike
+// its wall-clock rate, hardly move with the machine's other load.
+//
+//	go test ./internal/dispatch -run '^$' -bench RunOnceCPU -benchtime 1x -v
+func BenchmarkRunOnceCPU(b *testing.B) {
+	n := 10000
+	if v := os.Getenv("NUDGE_BENCH_N"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("NUDGE_BENCH_N=%q: want a positive number of reminders", v)
+		}
+	}
+	keys, err := message.ParseKeys("k1:0123456789abcdef0123")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		runOnceCPU(b, bundle{db: testenv.Postgres(b), mq: testenv.RabbitMQ(b), keys: keys, now: time.Now()}, n)
+	}
+}
+
+func runOnceCPU(b *testing.B, bu bundle, n int) {
+	ctx := context.Background()
+	for off := 0; off < n; off += 2000 {
+		bu.scheduleFrom(b, off, min(2000, n-off))
+	}
+	// A pool of its own whose backends are known by pid.
+	cfg := bu.db.Pool.Config()
+	var mu sync.Mutex
+	var pids []int
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		mu.Lock()
+		defer mu.Unlock()
+		pids = append(pids, int(c.PgConn().PID()))
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	var conns []*pgxpool.Conn
+	for range 4 { // what the pass uses: a claim beside the previous batch's record
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	pub := broker.NewPublisher(bu.mq.URL, bu.mq.Topology, "bench-dispatcher")
+	defer pub.Close()
+	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
+		Store: store.New(pool), Publisher: pub, Keys: bu.keys, Topology: bu.mq.Topology, Clock: clock.Real{},
+		Actor: "bench-dispatcher",
+	}, Log: zerolog.Nop()}
+
+	pg := func() (sum int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range pids {
+			sum += onCPU(p)
+		}
+		return sum
+	}
+	pg0, self0, wall0 := pg(), selfCPU(), time.Now()
+	sum, err := d.RunOnce(ctx)
+	pg1, self1, wall := pg(), selfCPU(), time.Since(wall0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if sum.Enqueued != n {
+		b.Fatalf("enqueued %d of %d: %+v", sum.Enqueued, n, sum)
+	}
+	k := float64(n) / 1000
+	b.Logf("%d reminders in %d batches, %s: CPU-ms per 1,000: dispatcher process %.1f, its PostgreSQL backends %.1f (%d); %.0f reminders/s",
+		n, sum.Batches, wall.Round(time.Millisecond), float64(self1-self0)/1e6/k, float64(pg1-pg0)/1e6/k, len(pids),
+		float64(n)/wall.Seconds())
+}
+
+// scheduleFrom schedules count due SMS reminders numbered from off, in four
+// tenants.
+func (b bundle) scheduleFrom(tb testing.TB, off, count int) {
+	tb.Helper()
+	reqs := make([]intake.Request, 0, count)
+	for i := off; i < off+count; i++ {
+		reqs = append(reqs, intake.Request{Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("cpu-%d", i),
+			Channel: reminder.SMS, Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
+			DueAt: b.now.Add(-time.Minute), Deadline: b.now.Add(time.Hour)})
+	}
+	out, err := intake.ScheduleMany(context.Background(), b.db.Pool, reqs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, o := range out {
+		if o.Err != nil {
+			tb.Fatal(o.Err)
+		}
+	}
+}
