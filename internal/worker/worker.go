@@ -334,7 +334,7 @@ func (w *Worker) session(ctx context.Context) error {
 		timerC = nil
 		if len(cur) > 0 {
 			batches <- cur
-			cur = nil
+			cur = make([]amqp.Delivery, 0, w.cfg.Batch) // a batch grows without reallocating
 		}
 	}
 loop:
