@@ -184,15 +184,23 @@ func members(items, sel []*item, in bool) []*item {
 	return out
 }
 
-// settle acks what is done and gives back what is not.
+// settle acks what is done and gives back what is not: the give-backs
+// first, then the acks, through the consume channel's ackWindow when the
+// deliveries have one (a run of the oldest unsettled tags in one frame).
 func (w *Worker) settle(ctx context.Context, items []*item) {
 	if ctx.Err() != nil {
 		return // past the grace period: nothing is acked; the broker redelivers
 	}
+	var win *ackWindow
+	tags := make([]uint64, 0, len(items))
 	for _, it := range items {
 		var err error
 		switch it.settled {
 		case toAck:
+			if aw, ok := it.d.Acknowledger.(*ackWindow); ok && (win == nil || aw == win) {
+				win, tags = aw, append(tags, it.d.DeliveryTag)
+				continue
+			}
 			err = it.d.Ack(false)
 		case unsettled:
 			// A step failed (database or broker down past its retries): give
@@ -202,6 +210,11 @@ func (w *Worker) settle(ctx context.Context, items []*item) {
 		}
 		if err != nil {
 			w.with(w.log.Warn().Err(err), it).Msg("settling delivery failed; the broker will redeliver")
+		}
+	}
+	if win != nil {
+		if err := win.ackAll(tags); err != nil {
+			w.log.Warn().Err(err).Int("count", len(tags)).Msg("acknowledging deliveries failed; the broker will redeliver")
 		}
 	}
 }

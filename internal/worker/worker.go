@@ -321,6 +321,9 @@ func (w *Worker) session(ctx context.Context) error {
 		})
 	}
 
+	// Every delivery settles through acks, which acknowledges a batch's
+	// contiguous run of the oldest unsettled tags in one frame.
+	acks := newAckWindow(ch)
 	var (
 		cur    []amqp.Delivery
 		timer  = time.NewTimer(time.Hour)
@@ -344,6 +347,7 @@ loop:
 			if !ok {
 				break loop
 			}
+			acks.received(&d)
 			cur = append(cur, d)
 			if len(cur) >= w.cfg.Batch {
 				flush()
