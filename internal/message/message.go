@@ -23,8 +23,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -99,6 +102,10 @@ type Keyring struct {
 	channelKeys map[string]map[string][]byte
 	// order is the key ids as listed, the active one first.
 	order []string
+	// cache holds the MAC keys that verified or sealed a message, by
+	// kidChannel, at most maxCachedKeys of them (cached counts them).
+	cache  sync.Map
+	cached atomic.Int32
 }
 
 // MinSecretLen is the shortest secret accepted (bytes).
@@ -236,9 +243,117 @@ func mac(key []byte, kid string, body []byte) []byte {
 	return m.Sum(nil)
 }
 
-// channelOf reads the channel a body names, before it is verified, to pick
-// the key that must have signed it; Open decodes the body strictly only once
-// it verifies. "" when the body names none.
+// maxCachedKeys bounds the keyring's cache of channel MAC keys. A keyring
+// has a few key ids and a few channels; an entry is added only for a key
+// that verified a message (or sealed one), so a flood of bodies naming made-up
+// channels cannot grow it, and past the bound keys are derived per message.
+const maxCachedKeys = 64
+
+// kidChannel names one channel MAC key: a key id and a channel.
+type kidChannel struct{ kid, channel string }
+
+// macKey is one channel's MAC key with a pool of HMAC states keyed with it,
+// so a message costs neither the key derivation (an HMAC of its own) nor
+// the HMAC's set-up. A Keyring never changes after ParseKeys, so an entry
+// cannot go stale: a rotated key is a new Keyring (and a new cache).
+type macKey struct {
+	key  []byte
+	pool sync.Pool // of *macState
+}
+
+// macState is an HMAC keyed with a macKey's key, with scratch space for
+// the key id prefix and the sum, reused across messages.
+type macState struct {
+	h       hash.Hash
+	scratch []byte
+	sum     [sha256.Size]byte
+}
+
+func newMACKey(key []byte) *macKey {
+	m := &macKey{key: key}
+	m.pool.New = func() any { return &macState{h: hmac.New(sha256.New, key)} }
+	return m
+}
+
+// verify reports whether sig (the decoded signature) is the MAC of body by kid.
+func (m *macKey) verify(kid string, body, sig []byte) bool {
+	st := m.pool.Get().(*macState)
+	defer m.pool.Put(st)
+	return hmac.Equal(sig, st.mac(kid, body))
+}
+
+// sign returns the hex MAC of body by kid.
+func (m *macKey) sign(kid string, body []byte) string {
+	st := m.pool.Get().(*macState)
+	defer m.pool.Put(st)
+	return hex.EncodeToString(st.mac(kid, body))
+}
+
+// mac is mac(key, kid, body) in st's reused state; the result is valid
+// until st goes back to its pool.
+func (st *macState) mac(kid string, body []byte) []byte {
+	st.h.Reset()
+	st.scratch = append(append(st.scratch[:0], kid...), 0)
+	st.h.Write(st.scratch)
+	st.h.Write(body)
+	return st.h.Sum(st.sum[:0])
+}
+
+// macKeyFor is kid's MAC key for channel, from the cache or made now (and
+// not cached: the caller caches it with keep once it has served).
+func (k *Keyring) macKeyFor(kid, channel string) (m *macKey, cached, ok bool) {
+	if v, hit := k.cache.Load(kidChannel{kid, channel}); hit {
+		return v.(*macKey), true, true
+	}
+	key, ok := k.channelKey(kid, channel)
+	if !ok {
+		return nil, false, false
+	}
+	return newMACKey(key), false, true
+}
+
+// keep caches m as kid's MAC key for channel, within maxCachedKeys.
+func (k *Keyring) keep(kid, channel string, m *macKey) {
+	if k.cached.Load() >= maxCachedKeys {
+		return
+	}
+	if _, loaded := k.cache.LoadOrStore(kidChannel{kid, channel}, m); !loaded {
+		k.cached.Add(1)
+	}
+}
+
+// decodeSig decodes a hex signature into dst, false unless it is exactly
+// one SHA-256 MAC.
+func decodeSig(dst *[sha256.Size]byte, sig string) bool {
+	if len(sig) != 2*sha256.Size {
+		return false
+	}
+	for i := range dst {
+		hi, ok1 := unhex(sig[2*i])
+		lo, ok2 := unhex(sig[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// channelOf reads the channel a body names leniently, for a body that does
+// not decode strictly (Open still has to say whether it was signed) and for
+// SignForTest. "" when the body names none.
 func channelOf(body []byte) string {
 	var b struct {
 		Channel string `json:"channel"`
@@ -247,11 +362,25 @@ func channelOf(body []byte) string {
 	return b.Channel
 }
 
+// decode decodes body strictly: one JSON object of Envelope's fields and
+// nothing after it.
+func decode(body []byte, env *Envelope) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(env); err != nil {
+		return err
+	}
+	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return fmt.Errorf("%d bytes after the envelope", len(rest))
+	}
+	return nil
+}
+
 // Seal encodes env and signs it with the active key's key for env.Channel,
 // returning the body and the headers to send. A keyring of channel keys can
 // seal only the channels it holds keys for.
 func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err error) {
-	key, ok := k.channelKey(k.active, env.Channel)
+	mk, cached, ok := k.macKeyFor(k.active, env.Channel)
 	if !ok {
 		return nil, nil, fmt.Errorf("sealing a message for reminder %d: %w %q for channel %q",
 			env.ReminderID, ErrUnknownKey, k.active, env.Channel)
@@ -264,9 +393,12 @@ func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err e
 		return nil, nil, fmt.Errorf("encoding message for reminder %d: %w: %d bytes, the limit is %d",
 			env.ReminderID, ErrTooLarge, len(body), MaxBodyBytes)
 	}
+	if !cached {
+		k.keep(k.active, env.Channel, mk)
+	}
 	return body, map[string]any{
 		HeaderKeyID:     k.active,
-		HeaderSignature: hex.EncodeToString(mac(key, k.active, body)),
+		HeaderSignature: mk.sign(k.active, body),
 	}, nil
 }
 
@@ -287,36 +419,46 @@ func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	if kid == "" || sig == "" {
 		return env, ErrUnsigned
 	}
-	channel := channelOf(body)
-	key, ok := k.channelKey(kid, channel)
+	// The body is decoded once, before it is verified (it is at most
+	// MaxBodyBytes), because the channel it names picks the key; a body
+	// that does not decode is still verified first, so that an unsigned
+	// one is refused as such, not as malformed.
+	malformed := decode(body, &env)
+	channel := env.Channel
+	if malformed != nil && channel == "" {
+		channel = channelOf(body) // the decoder stopped before the channel
+	}
+	mk, cached, ok := k.macKeyFor(kid, channel)
 	if !ok {
 		if _, known := k.channelKeys[kid]; known {
-			return env, fmt.Errorf("%w %q for channel %q", ErrUnknownKey, kid, channel)
+			return Envelope{}, fmt.Errorf("%w %q for channel %q", ErrUnknownKey, kid, channel)
 		}
-		return env, fmt.Errorf("%w %q", ErrUnknownKey, kid)
+		return Envelope{}, fmt.Errorf("%w %q", ErrUnknownKey, kid)
 	}
-	got, err := hex.DecodeString(sig)
-	if err != nil {
-		return env, ErrBadSignature
+	var got [sha256.Size]byte
+	if !decodeSig(&got, sig) {
+		return Envelope{}, ErrBadSignature
 	}
 	legacy := false
-	if !hmac.Equal(got, mac(key, kid, body)) {
+	if mk.verify(kid, body, got[:]) {
+		if !cached {
+			k.keep(kid, channel, mk)
+		}
+	} else {
 		root, isRoot := k.keys[kid]
-		if !isRoot || !hmac.Equal(got, mac(root, kid, body)) {
-			return env, ErrBadSignature
+		if !isRoot || !hmac.Equal(got[:], mac(root, kid, body)) {
+			return Envelope{}, ErrBadSignature
 		}
 		legacy = true
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&env); err != nil {
-		return env, fmt.Errorf("%w: %v", ErrMalformed, err)
+	if malformed != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrMalformed, malformed)
 	}
 	if env.ReminderID <= 0 || env.Channel == "" {
-		return env, fmt.Errorf("%w: id and channel are required", ErrMalformed)
+		return Envelope{}, fmt.Errorf("%w: id and channel are required", ErrMalformed)
 	}
 	if env.Channel != channel && !legacy {
-		return env, fmt.Errorf("%w: channel %q, signed for %q", ErrBadSignature, env.Channel, channel)
+		return Envelope{}, fmt.Errorf("%w: channel %q, signed for %q", ErrBadSignature, env.Channel, channel)
 	}
 	return env, nil
 }

@@ -3,6 +3,7 @@ package message
 import (
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -225,4 +226,49 @@ func TestChannelBoundKeys(t *testing.T) {
 	// Rewriting the channel breaks the MAC even with the root key.
 	_, err = root.Open([]byte(strings.Replace(string(body), `"sms"`, `"email"`, 1)), hdr)
 	require.ErrorIs(t, err, ErrBadSignature)
+}
+
+// The MAC keys Open and Seal derive are cached per key id and channel, only
+// once they verified (or sealed) a message, and at most maxCachedKeys of
+// them: bodies naming made-up channels neither grow the cache when forged
+// nor break anything past the bound.
+func TestMACKeyCacheIsBounded(t *testing.T) {
+	t.Parallel()
+	k, err := ParseKeys("k1:" + rootSecret)
+	require.NoError(t, err)
+	for i := range 20 {
+		body := []byte(`{"id":1,"channel":"forged` + strconv.Itoa(i) + `"}`)
+		_, err := k.Open(body, map[string]any{HeaderKeyID: "k1", HeaderSignature: strings.Repeat("ab", 32)})
+		require.ErrorIs(t, err, ErrBadSignature)
+	}
+	require.Zero(t, k.cached.Load(), "a key that verified nothing is not kept")
+	for i := range 2 * maxCachedKeys {
+		env := Envelope{ReminderID: int64(i + 1), Fence: 1, Channel: "ch" + strconv.Itoa(i)}
+		body, hdr, err := k.Seal(env)
+		require.NoError(t, err)
+		got, err := k.Open(body, hdr)
+		require.NoError(t, err)
+		require.Equal(t, env, got)
+		// The cached key is the derived one: a body signed under another
+		// channel's key still fails.
+		other := SignForTest(k, []byte(`{"id":1,"channel":"x`+strconv.Itoa(i)+`"}`))
+		_, err = k.Open(body, other)
+		require.ErrorIs(t, err, ErrBadSignature)
+	}
+	require.EqualValues(t, maxCachedKeys, k.cached.Load())
+}
+
+// A body with anything after its JSON object is malformed, even when signed.
+func TestOpenRefusesTrailingData(t *testing.T) {
+	t.Parallel()
+	k, err := ParseKeys("k1:" + rootSecret)
+	require.NoError(t, err)
+	body := []byte(`{"id":1,"channel":"sms"} {}`)
+	_, err = k.Open(body, map[string]any{HeaderKeyID: "k1",
+		HeaderSignature: hex.EncodeToString(mac(ChannelKey([]byte(rootSecret), "sms"), "k1", body))})
+	require.ErrorIs(t, err, ErrMalformed)
+	body = []byte("{\"id\":1,\"channel\":\"sms\"}\n")
+	_, err = k.Open(body, map[string]any{HeaderKeyID: "k1",
+		HeaderSignature: hex.EncodeToString(mac(ChannelKey([]byte(rootSecret), "sms"), "k1", body))})
+	require.NoError(t, err, "trailing white space is not data")
 }

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -45,6 +47,12 @@ type item struct {
 	// earlier are the reminder's earlier attempts of unknown outcome, which
 	// the provider is asked about before this one sends (lookup.go).
 	earlier []provider.Earlier
+	// refused is the verdict of the send's gate when it refused the
+	// request; opened the worker clock's UnixNano when it let it go (send.go).
+	// They live here, not in send's frame, so that the gate, which the
+	// adapter calls, costs one allocation per send rather than three.
+	refused atomic.Pointer[verdict]
+	opened  atomic.Int64
 }
 
 // process takes a batch from message to acknowledgement. Fresh deliveries
@@ -52,7 +60,11 @@ type item struct {
 // one at a time, so a message that crashes its consumer cannot take a whole
 // batch down with it again.
 func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
-	var fresh []amqp.Delivery
+	if !slices.ContainsFunc(batch, redelivered) {
+		w.processIsolated(ctx, batch) // the usual case: no copy
+		return
+	}
+	fresh := make([]amqp.Delivery, 0, len(batch))
 	for _, d := range batch {
 		if deliveryCount(d) == 0 {
 			fresh = append(fresh, d)
@@ -64,6 +76,9 @@ func (w *Worker) process(ctx context.Context, batch []amqp.Delivery) {
 		w.processIsolated(ctx, fresh)
 	}
 }
+
+// redelivered reports whether the broker delivered d before.
+func redelivered(d amqp.Delivery) bool { return deliveryCount(d) != 0 }
 
 // deliveryCount is how many times the broker delivered d before (0 on the
 // first delivery). Only the broker's word counts: a quorum queue sets
@@ -88,6 +103,7 @@ func deliveryCount(d amqp.Delivery) int64 {
 
 func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
 	items := make([]*item, 0, len(batch))
+	all := make([]item, len(batch)) // one allocation for the batch's items
 	var dead []*item
 	defer func() {
 		if p := recover(); p != nil {
@@ -97,8 +113,9 @@ func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
 			giveBack(append(items, dead...))
 		}
 	}()
-	for _, d := range batch {
-		it := &item{d: d}
+	for i, d := range batch {
+		it := &all[i]
+		it.d = d
 		env, err := w.keys.Open(d.Body, d.Headers)
 		if err == nil {
 			it.env = env
@@ -167,15 +184,23 @@ func members(items, sel []*item, in bool) []*item {
 	return out
 }
 
-// settle acks what is done and gives back what is not.
+// settle acks what is done and gives back what is not: the give-backs
+// first, then the acks, through the consume channel's ackWindow when the
+// deliveries have one (a run of the oldest unsettled tags in one frame).
 func (w *Worker) settle(ctx context.Context, items []*item) {
 	if ctx.Err() != nil {
 		return // past the grace period: nothing is acked; the broker redelivers
 	}
+	var win *ackWindow
+	tags := make([]uint64, 0, len(items))
 	for _, it := range items {
 		var err error
 		switch it.settled {
 		case toAck:
+			if aw, ok := it.d.Acknowledger.(*ackWindow); ok && (win == nil || aw == win) {
+				win, tags = aw, append(tags, it.d.DeliveryTag)
+				continue
+			}
 			err = it.d.Ack(false)
 		case unsettled:
 			// A step failed (database or broker down past its retries): give
@@ -185,6 +210,11 @@ func (w *Worker) settle(ctx context.Context, items []*item) {
 		}
 		if err != nil {
 			w.with(w.log.Warn().Err(err), it).Msg("settling delivery failed; the broker will redeliver")
+		}
+	}
+	if win != nil {
+		if err := win.ackAll(tags); err != nil {
+			w.log.Warn().Err(err).Int("count", len(tags)).Msg("acknowledging deliveries failed; the broker will redeliver")
 		}
 	}
 }

@@ -245,7 +245,7 @@ type fakeBundle struct {
 // unitKeys are the root keys of the tests on fakes.
 const unitKeys = "unit:0123456789abcdef0123456789abcdef"
 
-func setupFakes(t *testing.T) *fakeBundle {
+func setupFakes(t testing.TB) *fakeBundle {
 	t.Helper()
 	keys, err := message.ParseKeys(unitKeys)
 	require.NoError(t, err)
@@ -253,7 +253,7 @@ func setupFakes(t *testing.T) *fakeBundle {
 }
 
 // setupFakesFor is setupFakes for a worker of channel holding keys.
-func setupFakesFor(t *testing.T, channel reminder.Channel, keys *message.Keyring) *fakeBundle {
+func setupFakesFor(t testing.TB, channel reminder.Channel, keys *message.Keyring) *fakeBundle {
 	t.Helper()
 	b := &fakeBundle{
 		clock: clock.NewFake(t0), store: &fakeStore{rows: map[int64]*store.Delivery{}}, pub: &fakePub{},
@@ -268,7 +268,7 @@ func setupFakesFor(t *testing.T, channel reminder.Channel, keys *message.Keyring
 }
 
 // delivery is the message for reminder id at fence 7, as the broker hands it over.
-func (b *fakeBundle) delivery(t *testing.T, tag uint64, id int64) amqp.Delivery {
+func (b *fakeBundle) delivery(t testing.TB, tag uint64, id int64) amqp.Delivery {
 	t.Helper()
 	body, headers, err := b.keys.Seal(message.Envelope{ReminderID: id, Fence: 7, Channel: "sms", FirstSeen: t0, Deadline: at(time.Hour)})
 	require.NoError(t, err)

@@ -154,6 +154,21 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
 }
 
+// selfWrites is how many write syscalls this process made, from /proc.
+func selfWrites() int64 {
+	raw, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -295,7 +310,7 @@ func runPipeline(b *testing.B, n, k int) {
 			b.Fatal(err)
 		}
 	}
-	cpu0, t0 := selfCPU(), time.Now()
+	cpu0, t0, w0 := selfCPU(), time.Now(), selfWrites()
 	b.ResetTimer()
 
 	dispErr := make(chan error, 1)
@@ -331,6 +346,7 @@ func runPipeline(b *testing.B, n, k int) {
 	wall := time.Since(t0)
 	b.StopTimer()
 	goCPU := selfCPU() - cpu0
+	writes := selfWrites() - w0
 	pprof.StopCPUProfile()
 	if dispErr != nil {
 		if err := <-dispErr; err != nil {
@@ -375,7 +391,8 @@ func runPipeline(b *testing.B, n, k int) {
 		n, k, rate, wall.Round(time.Millisecond), dispElapsed.Round(time.Millisecond), sum.Batches)
 	fmt.Fprintf(&sb, "CPU-s per 1000: go %.3f, pg backends %.3f; WAL %.0f B/reminder (whole server); deadlocks %d\n",
 		per1k(goCPU), per1k(pgCPU), walBytes/float64(n), dl1-dl0)
-	fmt.Fprintf(&sb, "round trips per reminder %.3f\n", float64(calls)/float64(n))
+	fmt.Fprintf(&sb, "round trips per reminder %.3f, write syscalls per reminder (this process: dispatcher, workers, fake provider) %.2f\n",
+		float64(calls)/float64(n), float64(writes)/float64(n))
 	fmt.Fprintf(&sb, "%-18s %8s %8s %10s %10s %10s\n", "statement", "calls", "prep", "ms total", "ms/call", "calls/rem")
 	for _, name := range names {
 		s := tr.m[name]
@@ -389,4 +406,5 @@ func runPipeline(b *testing.B, n, k int) {
 	b.ReportMetric(per1k(pgCPU), "pg-cpu-s/1k")
 	b.ReportMetric(float64(calls)/float64(n), "roundtrips/rem")
 	b.ReportMetric(walBytes/float64(n), "wal-B/rem")
+	b.ReportMetric(float64(writes)/float64(n), "writes/rem")
 }

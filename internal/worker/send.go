@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nudgehq/nudge/internal/clock"
@@ -142,26 +141,26 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	// after its own waits (for SMTP, a free pooled connection and the dial);
 	// the latency is measured from there, so those waits do not widen the
 	// automatic margin.
-	var refused atomic.Pointer[verdict]
-	var opened atomic.Int64 // the worker clock's UnixNano when the gate let the request go
+	it.refused.Store(nil)
+	it.opened.Store(0)
 	gate := func() error {
 		v := w.mayStart(it)
 		if v.kind != kindSend {
-			refused.Store(&v)
+			it.refused.Store(&v)
 			return errors.New(v.reason)
 		}
-		opened.Store(w.clock.Now().UnixNano())
+		it.opened.Store(w.clock.Now().UnixNano())
 		return nil
 	}
 	started := w.clock.Now()
 	msg.Gate = gate
 	id, err := w.sender.Send(sctx, msg)
 	now := w.clock.Now()
-	if v := refused.Load(); v != nil && err != nil {
+	if v := it.refused.Load(); v != nil && err != nil {
 		w.decided(it, *v, "") // nothing left for the provider
 		return
 	}
-	if o := opened.Load(); o != 0 {
+	if o := it.opened.Load(); o != 0 {
 		started = time.Unix(0, o)
 	}
 	w.latency.record(now.Sub(started))

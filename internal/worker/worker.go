@@ -321,6 +321,9 @@ func (w *Worker) session(ctx context.Context) error {
 		})
 	}
 
+	// Every delivery settles through acks, which acknowledges a batch's
+	// contiguous run of the oldest unsettled tags in one frame.
+	acks := newAckWindow(ch)
 	var (
 		cur    []amqp.Delivery
 		timer  = time.NewTimer(time.Hour)
@@ -334,7 +337,7 @@ func (w *Worker) session(ctx context.Context) error {
 		timerC = nil
 		if len(cur) > 0 {
 			batches <- cur
-			cur = nil
+			cur = make([]amqp.Delivery, 0, w.cfg.Batch) // a batch grows without reallocating
 		}
 	}
 loop:
@@ -344,6 +347,7 @@ loop:
 			if !ok {
 				break loop
 			}
+			acks.received(&d)
 			cur = append(cur, d)
 			if len(cur) >= w.cfg.Batch {
 				flush()
