@@ -160,7 +160,7 @@ func writers() []writer {
 		}},
 		{file: storeSQL, name: "ClaimForDelivery", actors: []reminder.Actor{reminder.Worker},
 			runs: one("", func(t *testing.T, f *fixture) {
-				_, _, err := f.st.ClaimForDelivery(ctx, tNow, reminder.Email, f.fenced(), time.Minute, "w")
+				_, _, err := f.st.ClaimForDelivery(ctx, tNow, reminder.Email, "", f.fenced(), time.Minute, "w")
 				require.NoError(t, err)
 			})},
 		{file: storeSQL, name: "RecordOutcomes", actors: []reminder.Actor{reminder.Worker}, runs: outcomeRuns},

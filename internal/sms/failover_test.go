@@ -203,6 +203,37 @@ func TestFailoverLookupAsksEveryProviderInOrder(t *testing.T) {
 	require.Equal(t, 1, fb.b.fake.Stats().Lookups, "b is not asked before a has answered")
 }
 
+// An attempt recorded at one provider is looked up there only: found or
+// not, the other is not asked.
+func TestFailoverLookupAsksTheAttemptsProvider(t *testing.T) {
+	t.Parallel()
+	fb := failoverSetup(t)
+	ctx := context.Background()
+	w := fb.worker(t)
+	msg := message("held-at-b")
+	msg.Earlier = []provider.Earlier{{AttemptID: 1, Started: fb.clock.Now().Add(-time.Minute), Provider: "b"}}
+
+	_, err := w.Lookup(ctx, msg)
+	require.ErrorIs(t, err, provider.ErrNotFound)
+	require.Zero(t, fb.a.fake.Stats().Lookups, "a, where the attempt did not go, is not asked")
+	require.Equal(t, 1, fb.b.fake.Stats().Lookups)
+
+	_, err = fb.b.client(t, time.Second).Send(ctx, msg)
+	require.NoError(t, err)
+	id, err := w.Lookup(ctx, msg)
+	require.NoError(t, err)
+	require.NotEmpty(t, id)
+	require.Zero(t, fb.a.fake.Stats().Lookups)
+
+	// A provider that could not answer is not replaced by another.
+	msg.Earlier[0].Provider = "a"
+	fb.closeA()
+	_, err = w.Lookup(ctx, msg)
+	require.Error(t, err)
+	require.False(t, errors.Is(err, provider.ErrNotFound))
+	require.Equal(t, 2, fb.b.fake.Stats().Lookups, "b is not asked about an attempt that went to a")
+}
+
 // A Failover without its shared state refuses to send rather than
 // choosing alone.
 func TestFailoverWithoutSharedStateSendsNothing(t *testing.T) {

@@ -356,8 +356,8 @@ WITH m AS (
     SELECT id, old_state, 'sending', fence, @actor, 'attempt_claimed', 'attempt ' || attempts || ' claimed', @now
       FROM upd
 ), att AS (
-    INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at)
-    SELECT id, attempts, fence, @actor, @now FROM upd
+    INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at, provider)
+    SELECT id, attempts, fence, @actor, @now, nullif(@provider::text, '') FROM upd
  RETURNING id, reminder_id
 )
 SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
@@ -435,13 +435,19 @@ RETURNING r.id;
 -- ones in hand), whose outcome is unknown (as nudge_outcome_unknown, schema
 -- version 9, judges): the provider may hold their message, so the worker asks
 -- it before sending again or letting the reminder expire.
-SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at
+SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at, coalesce(a.provider, '')
   FROM delivery_attempts a
  WHERE a.reminder_id = ANY(@ids::bigint[]) AND a.id <> ALL(@except::bigint[])
    AND (a.outcome IS NULL
      OR a.result = 'unknown'
      OR (a.result IS NULL AND a.outcome = 'retryable' AND a.error ~ '\((timeout|network|unknown|canceled)\)'))
  ORDER BY a.reminder_id, a.id;
+
+-- name: AttemptProvider
+-- Records the provider an attempt's request goes to, before it leaves, when
+-- it is not the one the claim recorded (provider failover: a probe of the
+-- first provider, or a switch since the claim). Writes no reminders.
+UPDATE delivery_attempts SET provider = @provider WHERE id = @id;
 
 -- name: FailoverCurrent
 -- The channel's provider in use and when its next probe of the first

@@ -45,6 +45,9 @@ type item struct {
 	// earlier are the reminder's earlier attempts of unknown outcome, which
 	// the provider is asked about before this one sends (lookup.go).
 	earlier []provider.Earlier
+	// provider is the provider the attempt is recorded as going to
+	// (delivery_attempts.provider), "" when none.
+	provider string
 }
 
 // process takes a batch from message to acknowledgement. Fresh deliveries

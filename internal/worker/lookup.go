@@ -110,7 +110,7 @@ func (w *Worker) unknownAttempts(ctx context.Context, ids, except []int64) (unkn
 func earlierOf(as []store.UnknownAttempt) []provider.Earlier {
 	out := make([]provider.Earlier, len(as))
 	for i, a := range as {
-		out[i] = provider.Earlier{AttemptID: a.AttemptID, ProviderID: a.ProviderID, Started: a.StartedAt}
+		out[i] = provider.Earlier{AttemptID: a.AttemptID, ProviderID: a.ProviderID, Started: a.StartedAt, Provider: a.Provider}
 	}
 	return out
 }
@@ -148,7 +148,7 @@ func (w *Worker) settleUnknown(ctx context.Context, it *item, msg provider.Messa
 	if _, ok := w.looker(); !ok || !afterUnknown(v) {
 		return v, ""
 	}
-	msg.Earlier = append(msg.Earlier, provider.Earlier{AttemptID: it.att.AttemptID, Started: it.claimedAt})
+	msg.Earlier = append(msg.Earlier, provider.Earlier{AttemptID: it.att.AttemptID, Started: it.claimedAt, Provider: it.provider})
 	lv, id := w.lookup(ctx, msg)
 	switch lv.kind {
 	case kindDelivered:
@@ -218,6 +218,30 @@ func (w *Worker) message(it *item, earlier []provider.Earlier) provider.Message 
 	return provider.Message{
 		ReminderID: it.row.ID, IdempotencyKey: it.row.IdempotencyKey, Tenant: it.row.Tenant,
 		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
-		Earlier: earlier,
+		Earlier: earlier, Provider: it.provider,
+	}
+}
+
+// providerName is the provider the sender's next send goes to, recorded on
+// the attempts a claim makes: "" for a sender that does not say.
+func (w *Worker) providerName() string {
+	if c, ok := w.sender.(provider.Chooser); ok {
+		return c.Current()
+	}
+	return ""
+}
+
+// route records that it's attempt goes to provider name, before its request
+// leaves (provider.Message.Route): failover chose another provider than the
+// one the claim recorded.
+func (w *Worker) route(ctx context.Context, it *item) func(name string) error {
+	return func(name string) error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
+		defer cancel()
+		if err := w.store.AttemptProvider(ctx, it.att.AttemptID, name); err != nil {
+			return err
+		}
+		it.provider = name
+		return nil
 	}
 }

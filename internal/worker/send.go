@@ -154,7 +154,7 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		return nil
 	}
 	started := w.clock.Now()
-	msg.Gate = gate
+	msg.Gate, msg.Route = gate, w.route(ctx, it)
 	id, err := w.sender.Send(sctx, msg)
 	now := w.clock.Now()
 	if v := refused.Load(); v != nil && err != nil {
