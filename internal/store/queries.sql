@@ -243,7 +243,11 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <
 
 -- name: ExpireOverdue
 -- Every open reminder at or past its deadline ends as expired, except one
--- whose send is in flight under a live lease (its worker records the outcome).
+-- whose send is in flight under a live lease (its worker records the outcome),
+-- and one held for a lookup: of the @hold_channels (whose provider the
+-- reconciler can ask), with an attempt of unknown outcome, less than
+-- @hold_for past its deadline, and not among the @looked (the provider said
+-- it has nothing): UnknownAtDeadline and SettledByLookup settle those.
 -- One row per channel: how many expired, and how many of them were being
 -- sent under a send lease that had run out (lease expirations).
 WITH late AS (
@@ -252,6 +256,8 @@ WITH late AS (
      WHERE deadline <= @now
        AND (state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
          OR (state = 'sending' AND lease_until <= @now))
+       AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
+                AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
      ORDER BY deadline
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
@@ -272,6 +278,45 @@ WITH late AS (
     SELECT id, old_state, 'expired', fence, @actor, 'deadline_passed', reason, @now FROM upd
 )
 SELECT channel, count(*), count(*) FILTER (WHERE old_state = 'sending') FROM upd GROUP BY channel;
+
+-- name: UnknownAtDeadline
+-- The reminders ExpireOverdue holds for a lookup (see there), oldest
+-- deadline first, leaving out the @skip (asked about already this pass).
+SELECT id, fence, state, channel, tenant, recipient, idempotency_key, deadline
+  FROM reminders
+ WHERE deadline <= @now AND deadline > @now - @hold_for::interval
+   AND (state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+     OR (state = 'sending' AND lease_until <= @now))
+   AND channel = ANY(@channels::text[])
+   AND id <> ALL(@skip::bigint[])
+   AND nudge_outcome_unknown(id)
+ ORDER BY deadline
+ LIMIT @limit;
+
+-- name: SettledByLookup
+-- The reconciler asked the provider about the unknown attempts of these
+-- reminders, at or past their deadline, and it holds the message: each row
+-- still at its fence and where ExpireOverdue would expire it (open, or
+-- sending under a send lease that ran out) is delivered, its reason saying
+-- so, its event coded settled_by_lookup.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @reasons::text[]) AS m(id, fence, reason)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence, m.reason FROM m JOIN reminders r ON r.id = m.id
+), upd AS (
+    UPDATE reminders r
+       SET state = 'delivered', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+           finished_at = @now, reason = cur.reason
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence
+       AND (r.state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+         OR (r.state = 'sending' AND r.lease_until <= @now)) IS TRUE
+ RETURNING r.id, cur.old_state, r.fence, r.reason
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, 'delivered', fence, @actor, 'settled_by_lookup', reason, @now FROM upd
+)
+SELECT id FROM upd;
 
 -- name: SettleQueued
 -- A worker settles reminders whose message it holds without sending: rows

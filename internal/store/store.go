@@ -271,7 +271,14 @@ type Expiry struct {
 
 // ExpireOverdueByChannel is ExpireOverdue that says how many per channel.
 func (s *Store) ExpireOverdueByChannel(ctx context.Context, now time.Time, limit int, actor string) (map[reminder.Channel]Expiry, error) {
-	rows, err := s.pool.Query(ctx, query("ExpireOverdue"), pgx.NamedArgs{"now": now, "limit": limit, "actor": actor})
+	return s.ExpireOverdueHolding(ctx, now, limit, actor, Hold{})
+}
+
+// ExpireOverdueHolding is ExpireOverdueByChannel that leaves alone the
+// reminders hold keeps for a lookup (UnknownAtDeadline).
+func (s *Store) ExpireOverdueHolding(ctx context.Context, now time.Time, limit int, actor string, hold Hold) (map[reminder.Channel]Expiry, error) {
+	rows, err := s.pool.Query(ctx, query("ExpireOverdue"), pgx.NamedArgs{"now": now, "limit": limit, "actor": actor,
+		"hold_channels": hold.channels(), "hold_for": hold.For, "looked": nonNil(hold.Looked)})
 	if err != nil {
 		return nil, fmt.Errorf("expiring overdue reminders: %w", err)
 	}

@@ -92,7 +92,7 @@ func (w *Worker) readUnknown(ctx context.Context, sending []*item) bool {
 		return false
 	}
 	for _, it := range sending {
-		it.earlier = earlierOf(unknown[it.row.ID])
+		it.earlier = store.Earlier(unknown[it.row.ID])
 	}
 	return true
 }
@@ -105,14 +105,6 @@ func (w *Worker) unknownAttempts(ctx context.Context, ids, except []int64) (unkn
 		return err
 	})
 	return unknown, err
-}
-
-func earlierOf(as []store.UnknownAttempt) []provider.Earlier {
-	out := make([]provider.Earlier, len(as))
-	for i, a := range as {
-		out[i] = provider.Earlier{AttemptID: a.AttemptID, ProviderID: a.ProviderID, Started: a.StartedAt, Provider: a.Provider}
-	}
-	return out
 }
 
 // lookup asks the provider about msg.Earlier, within one send timeout, and
@@ -163,8 +155,9 @@ func (w *Worker) settleUnknown(ctx context.Context, it *item, msg provider.Messa
 // foundBeforeExpiry asks the provider about the reminders whose deadline is
 // reached while an earlier attempt's outcome is unknown, records those it
 // holds as delivered (acked), and returns the others, still to expire. A
-// lookup that fails leaves its reminder to expire: the deadline has passed
-// and nothing more can be sent.
+// reminder the provider could not answer about is acked and left as it is:
+// nothing more can be sent past the deadline, and the reconciler asks the
+// provider again before it expires it (reconcile: settling at the deadline).
 func (w *Worker) foundBeforeExpiry(ctx context.Context, now time.Time, its []*item) []*item {
 	if _, ok := w.looker(); !ok {
 		return its
@@ -185,8 +178,13 @@ func (w *Worker) foundBeforeExpiry(ctx context.Context, now time.Time, its []*it
 	var rest, found []*item
 	for _, it := range its {
 		if as := unknown[it.row.ID]; len(as) > 0 {
-			if v, _ := w.lookup(ctx, w.message(it, earlierOf(as))); v.kind == kindDelivered {
+			switch v, _ := w.lookup(ctx, w.message(it, store.Earlier(as))); v.kind {
+			case kindDelivered:
 				found = append(found, it)
+				continue
+			case kindProceed:
+				w.with(w.log.Info(), it).Str("code", v.code).Msg("the provider could not be asked at the deadline; left to the reconciler")
+				it.settled = toAck
 				continue
 			}
 		}

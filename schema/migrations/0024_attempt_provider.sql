@@ -13,3 +13,9 @@
 ALTER TABLE delivery_attempts ADD COLUMN provider text;
 
 GRANT SELECT (provider), INSERT (provider), UPDATE (provider) ON delivery_attempts TO nudge_worker;
+
+-- The reconciler settles, by the same lookup, a reminder whose deadline has
+-- passed while an attempt's outcome is unknown (UnknownAtDeadline,
+-- SettledByLookup): it reads the attempts and what a lookup needs.
+GRANT SELECT (provider, provider_message_id, started_at) ON delivery_attempts TO nudge_reconciler;
+GRANT SELECT (recipient) ON reminders TO nudge_reconciler;
