@@ -149,7 +149,29 @@ func (w *Worker) settleUnknown(ctx context.Context, it *item, msg provider.Messa
 		lv.attempt = reminder.OutcomePermanent
 		return lv, ""
 	}
-	return v, ""
+	return settleLater(v, w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), ""
+}
+
+// settleLater is the verdict on a send of unknown outcome that would expire
+// its reminder (v) when the provider, asked at once, did not have its
+// message or could not answer. "Not yet" proves nothing: the request that
+// timed out may still be on its way in (a provider under load takes a
+// request its client has given up on). So the reminder does not expire
+// now: it is recorded retrying at its deadline (or a retry tier from now,
+// if later), when nothing can be claimed for it any more (no attempt starts
+// at or after the deadline), and the return of its retry message
+// (foundBeforeExpiry) or the reconciler's pass (settling at the deadline)
+// asks the provider again before it expires. Other verdicts stand.
+func settleLater(v verdict, now, deadline time.Time, firstTier time.Duration) verdict {
+	if v.kind != kindExpire {
+		return v
+	}
+	at := now.Add(firstTier)
+	if deadline.After(at) {
+		at = deadline
+	}
+	return verdict{kind: kindRetry, transition: reminder.CodeRetry, attempt: v.attempt, at: at, code: v.code, err: v.err,
+		reason: v.reason + "; the outcome is unknown: the provider is asked again after the deadline, before it expires"}
 }
 
 // foundBeforeExpiry asks the provider about the reminders whose deadline is
