@@ -226,7 +226,7 @@ func (w *Worker) awaitSlot(ctx context.Context, it *item) bool {
 			giveUp = now.Add(w.maxSlotWait())
 		}
 		for {
-			g, err := w.fleet.Acquire(ctx, now, ch, it.row.Tenant, 1, 0)
+			g, err := w.fleet.Reserve(ctx, now, w.flow(it), 1, 0)
 			if err == nil && g.Unlimited {
 				return true // the limits were reloaded without this channel
 			}
