@@ -494,6 +494,18 @@ SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at, c
 -- first provider, or a switch since the claim). Writes no reminders.
 UPDATE delivery_attempts SET provider = @provider WHERE id = @id;
 
+-- name: MessageStatus
+-- Records the delivery status a provider reported for a message (a Twilio
+-- status callback), only forward: a report of a lower rank than the one
+-- recorded changes nothing. Returns the status now recorded. Writes no
+-- reminders.
+INSERT INTO sms_message_status AS s (message_sid, status, rank, error_code, reported_at)
+VALUES (@sid, @status, @rank, @error_code, @now)
+ON CONFLICT (message_sid) DO UPDATE
+   SET status = EXCLUDED.status, rank = EXCLUDED.rank, error_code = EXCLUDED.error_code,
+       reported_at = EXCLUDED.reported_at
+ WHERE s.rank < EXCLUDED.rank;
+
 -- name: FailoverCurrent
 -- The channel's provider in use and when its next probe of the first
 -- provider is due, creating the row on the first provider when there is none.

@@ -19,3 +19,25 @@ GRANT SELECT (provider), INSERT (provider), UPDATE (provider) ON delivery_attemp
 -- SettledByLookup): it reads the attempts and what a lookup needs.
 GRANT SELECT (provider, provider_message_id, started_at) ON delivery_attempts TO nudge_reconciler;
 GRANT SELECT (recipient) ON reminders TO nudge_reconciler;
+
+-- Twilio status callbacks (sms-worker --twilio-callback-listen): the latest
+-- delivery status Twilio reported for each message, by its SID, which is the
+-- attempt's provider_message_id (join on it: docs/operations.md). A report
+-- only moves a message's status forward (rank: queued 1, sending 2, sent 3,
+-- delivered, undelivered or failed 4, read 5), since callbacks may arrive
+-- out of order; the reminder itself is never moved by one. Keyed by SID
+-- rather than stored on the attempt, because Twilio's first callback may
+-- arrive before the worker has recorded the SID. Retention deletes rows
+-- after the payload window.
+CREATE TABLE sms_message_status (
+    message_sid text        PRIMARY KEY,
+    status      text        NOT NULL,
+    rank        smallint    NOT NULL,
+    error_code  integer,
+    reported_at timestamptz NOT NULL
+);
+CREATE INDEX sms_message_status_reported ON sms_message_status (reported_at);
+
+GRANT SELECT, INSERT, UPDATE ON sms_message_status TO nudge_worker;
+GRANT SELECT, DELETE ON sms_message_status TO nudge_retention;
+GRANT SELECT ON sms_message_status TO nudge_operator;
