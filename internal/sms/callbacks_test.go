@@ -55,9 +55,7 @@ func TestStatusCallbacksAreVerifiedAndRecorded(t *testing.T) {
 	t.Cleanup(fs.Close)
 	t.Cleanup(fake.Close)
 
-	var hs *httptest.Server
-	hs = httptest.NewUnstartedServer(nil)
-	hs.Start()
+	hs := httptest.NewServer(nil)
 	t.Cleanup(hs.Close)
 	callbackURL := hs.URL + "/twilio/status"
 	cb, err := sms.NewCallbacks(token, callbackURL, st, clock.Real{}, zerolog.Nop())
