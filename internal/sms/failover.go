@@ -148,7 +148,7 @@ type Named struct {
 // Shared is the fleet's shared provider choice (*store.Store).
 type Shared interface {
 	FailoverCurrent(ctx context.Context, channel, first string, now time.Time) (string, time.Time, error)
-	FailoverCount(ctx context.Context, channel, provider string, failed bool, now time.Time, window time.Duration) (store.FailoverCounts, bool, error)
+	FailoverCount(ctx context.Context, channel, provider string, successes int, failed bool, now time.Time, window time.Duration) (store.FailoverCounts, bool, error)
 	FailoverSwitch(ctx context.Context, channel, from, to string, now, probeAt time.Time) (bool, error)
 	FailoverClaimProbe(ctx context.Context, channel, first string, now, next time.Time) (bool, error)
 }
@@ -170,7 +170,15 @@ type Failover struct {
 	cur     string    // the shared choice as last read
 	probeAt time.Time // its next probe, zero on the first provider
 	readAt  time.Time // when cur was read; zero: read again
+	// pending counts the successes not yet reported, by provider, since
+	// flushedAt: they are reported together (see report).
+	pending   map[string]int
+	flushedAt time.Time
 }
+
+// maxPendingSuccesses bounds the successes a worker holds back before it
+// reports them.
+const maxPendingSuccesses = 100
 
 // ErrNoShared means a Failover was used before Share.
 var ErrNoShared = errors.New("provider failover has no shared state")
@@ -367,17 +375,44 @@ func (f *Failover) probe(ctx context.Context, msg provider.Message, cur string, 
 }
 
 // report counts a send's result against name and moves the fleet on when
-// the counts trip the policy.
+// the counts trip the policy. Successes are not written one by one: every
+// send of the fleet would update the channel's one shared row, and those
+// updates queue on its row lock. A worker holds its successes back and
+// reports them in one statement at most every Cache (or every
+// maxPendingSuccesses), and at once with its next failure, before it, so a
+// success still breaks a run of failures. What this costs: another worker's
+// success may reach the row up to Cache late, so a run of failures
+// elsewhere can trip while it waits, and the error-rate window may miss a
+// second of successes at its edge; what it saves is the row lock on the
+// path of every send (BenchmarkFailoverSends).
 func (f *Failover) report(ctx context.Context, name string, sendErr error) {
 	counted, failed := judge(sendErr)
 	if !counted {
 		return
 	}
+	now := f.clock.Now()
+	f.mu.Lock()
+	if f.pending == nil {
+		f.pending = map[string]int{}
+	}
+	if !failed {
+		f.pending[name]++
+		if f.pending[name] < maxPendingSuccesses && now.Sub(f.flushedAt) < f.cfg.Cache {
+			f.mu.Unlock()
+			return
+		}
+	}
+	successes := f.pending[name]
+	delete(f.pending, name)
+	f.flushedAt = now
+	f.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	n, ok, err := f.shared.FailoverCount(ctx, f.cfg.Channel, name, failed, f.clock.Now(), f.cfg.Window)
+	n, ok, err := f.shared.FailoverCount(ctx, f.cfg.Channel, name, successes, failed, now, f.cfg.Window)
 	if err != nil {
-		f.log.Warn().Err(err).Msg("provider failover: a send's result was not counted")
+		f.log.Warn().Err(err).Int("successes", successes).Bool("failed", failed).
+			Msg("provider failover: send results were not counted")
 		return
 	}
 	if !ok {

@@ -520,14 +520,19 @@ UNION ALL
 SELECT current, probe_at FROM provider_failover WHERE channel = @channel AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: FailoverCount
--- Counts one send's result against the provider, if it is still the
+-- Counts a worker's send results against the provider, if it is still the
 -- channel's current one (a report from a worker that has not yet seen a
--- switch changes nothing), restarting the error-rate window when it is over,
--- and returns the counts the failover decision reads.
+-- switch changes nothing): @successes successful sends, then, with @failed,
+-- one retryable failure (a success breaks a run of failures). It restarts
+-- the error-rate window when it is over, and returns the counts the
+-- failover decision reads.
 UPDATE provider_failover
-   SET failures = CASE WHEN @failed::boolean THEN failures + 1 ELSE 0 END,
+   SET failures = CASE WHEN @failed::boolean
+                       THEN CASE WHEN @successes::integer > 0 THEN 0 ELSE failures END + 1
+                       ELSE 0 END,
        window_start = CASE WHEN window_start + @window::interval <= @now THEN @now ELSE window_start END,
-       window_sends = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_sends END + 1,
+       window_sends = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_sends END
+                      + @successes::integer + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
        window_failures = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_failures END
                          + CASE WHEN @failed::boolean THEN 1 ELSE 0 END
  WHERE channel = @channel AND current = @provider
