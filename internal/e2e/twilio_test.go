@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/fakesms"
+	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -166,4 +167,42 @@ func freePort(t *testing.T) int {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Inventory, at the deadline: Twilio accepted, the worker is killed while
+// it waits for the answer, and the deadline passes before any worker sees
+// the reminder again. The reconciler (a real process, --once) does not
+// expire it on a guess: it asks Twilio about the attempt (its provider is
+// recorded), finds the message, and records the reminder delivered, settled
+// by lookup. Nothing is sent again.
+func TestTwilioDeadlinePassesAfterAKillAndTheReconcilerSettlesByLookup(t *testing.T) {
+	t.Parallel()
+	f := newProcFleet(t, false)
+	require.NoError(t, f.sms.SetConfig(fakesms.Config{Script: []fakesms.Outcome{fakesms.TimeoutAfterAccept}}))
+	now := time.Now()
+	ids := f.scheduleAll(t, []intake.Request{{Tenant: "acme", Key: "killed-at-deadline", Channel: reminder.SMS,
+		Template: "course-expiry", Recipient: "+14155550199", DueAt: now.Add(-time.Second), Deadline: now.Add(8 * time.Second)}})
+	f.runOK(t, "dispatcher")
+
+	w := f.start(t, "sms-worker", f.twilioEnv(), "--send-lease", "2s", "--send-timeout", "1m")
+	require.Eventually(t, func() bool { return len(f.sms.Messages()) == 1 }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, w.Signal(syscall.SIGKILL))
+	w.Wait(t, 10*time.Second)
+	require.Equal(t, reminder.Sending, f.get(t, ids[0]).State)
+
+	time.Sleep(time.Until(now.Add(9 * time.Second))) // past the deadline and the send lease
+	p := f.start(t, "reconciler", f.twilioEnv(), "--once")
+	code, _ := p.Wait(t, 60*time.Second)
+	require.Zero(t, code, p.Output())
+
+	r := f.get(t, ids[0])
+	require.Equal(t, reminder.Delivered, r.State, f.reasons(t, ids[0]))
+	require.Contains(t, r.Reason, "settled by lookup")
+	evs, err := intake.Events(context.Background(), f.db.Pool, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, reminder.CodeSettledByLookup, evs[len(evs)-1].Code)
+	st := f.sms.Stats()
+	require.Equal(t, 1, st.Attempts, "one create: nothing sent again")
+	require.GreaterOrEqual(t, st.Lookups, 1)
+	require.Equal(t, []string{"twilio"}, f.attemptProviders(t, ids[0]))
 }
