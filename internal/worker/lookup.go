@@ -152,6 +152,29 @@ func (w *Worker) settleUnknown(ctx context.Context, it *item, msg provider.Messa
 	return settleLater(v, w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), ""
 }
 
+// unsent decides an attempt that sends nothing (v: the deadline came
+// within the margin, no capacity or send window is left). When v would end
+// the reminder expired while an earlier attempt's outcome is unknown, the
+// provider is asked first, as before a resend: found, the reminder is
+// delivered; not found, v stands (the earlier attempt ended a retry tier
+// ago or more: its request has long arrived or never will); no answer, it
+// is left retrying at its deadline to be asked again (settleLater).
+func (w *Worker) unsent(ctx context.Context, it *item, v verdict) {
+	if _, ok := w.looker(); !ok || v.kind != kindExpire || len(it.earlier) == 0 {
+		w.decided(it, v, "")
+		return
+	}
+	lv, id := w.lookup(ctx, w.message(it, it.earlier))
+	switch lv.kind {
+	case kindDelivered:
+		w.decided(it, lv, id)
+	case kindProceed:
+		w.decided(it, settleLater(v, w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), "")
+	default:
+		w.decided(it, v, "")
+	}
+}
+
 // settleLater is the verdict on a send of unknown outcome that would expire
 // its reminder (v) when the provider, asked at once, did not have its
 // message or could not answer. "Not yet" proves nothing: the request that

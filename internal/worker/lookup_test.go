@@ -104,9 +104,19 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 	// asked about again then.
 	b.addRow(row(func(r *store.Delivery) { r.ID, r.State, r.Deadline = 7, reminder.Enqueued, at(500*time.Millisecond) }))
 	b.sender.errs[7] = provider.RetryableError("timeout", 0, context.DeadlineExceeded)
+	// 8 and 9 come back with their deadline within the margin: nothing may
+	// be sent, but an earlier attempt's outcome is unknown, so the provider
+	// is asked before either expires: 8 is there (delivered), 9 is not.
+	for _, id := range []int64{8, 9} {
+		b.addRow(row(func(r *store.Delivery) {
+			r.ID, r.State, r.Attempts, r.Deadline = id, reminder.Retrying, 1, at(50*time.Millisecond)
+		}))
+		b.store.unknown[id] = []store.UnknownAttempt{{ReminderID: id, AttemptID: 100 + id, StartedAt: at(-time.Minute)}}
+	}
+	ls.found[8] = "SM-8"
 
 	var ds []amqp.Delivery
-	for id := int64(1); id <= 7; id++ {
+	for id := int64(1); id <= 9; id++ {
 		ds = append(ds, b.delivery(t, uint64(id), id))
 	}
 	b.w.process(context.Background(), ds)
@@ -114,7 +124,8 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 	require.ElementsMatch(t, []int64{2, 5, 7}, b.sender.calls,
 		"1 and 4 were found, 3 could not be checked, 6 expired: none of them sent again")
 	for id, want := range map[int64]reminder.State{1: reminder.Delivered, 2: reminder.Delivered, 3: reminder.Retrying,
-		4: reminder.Delivered, 5: reminder.Delivered, 6: reminder.Expired, 7: reminder.Retrying} {
+		4: reminder.Delivered, 5: reminder.Delivered, 6: reminder.Expired, 7: reminder.Retrying,
+		8: reminder.Delivered, 9: reminder.Expired} {
 		require.Equal(t, want, b.store.state(id), "reminder %d", id)
 	}
 	codes := map[int64]reminder.Code{}
@@ -124,10 +135,11 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 		codes[o.ReminderID], results[o.ReminderID], ids[o.ReminderID] = o.Code, o.Attempt, o.ProviderID
 	}
 	require.Equal(t, map[int64]reminder.Code{1: reminder.CodeFoundAtProvider, 2: reminder.CodeDelivered,
-		3: reminder.CodeRetry, 5: reminder.CodeFoundAtProvider, 7: reminder.CodeRetry}, codes)
+		3: reminder.CodeRetry, 5: reminder.CodeFoundAtProvider, 7: reminder.CodeRetry, 8: reminder.CodeFoundAtProvider,
+		9: reminder.CodeDeadlineBeforeSend}, codes)
 	require.Equal(t, reminder.OutcomeNotSent, results[3])
 	require.Equal(t, reminder.OutcomeUnknown, results[7])
-	require.Equal(t, map[int64]string{1: "SM-1", 2: "p-1", 3: "", 5: "SM-5", 7: "p-1"}, ids) // the scripted sender names an id even with its error
+	require.Equal(t, map[int64]string{1: "SM-1", 2: "p-1", 3: "", 5: "SM-5", 7: "p-1", 8: "SM-8", 9: ""}, ids) // the scripted sender names an id even with its error
 	for _, o := range b.store.outcomes {
 		if o.ReminderID == 7 {
 			require.False(t, o.NextAttemptAt.Before(b.store.rows[7].Deadline), "retrying at or after its deadline: never claimed again")
@@ -138,7 +150,7 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 	for _, m := range ls.lookups {
 		byReminder[m.ReminderID] = m
 	}
-	require.Len(t, byReminder, 7)
+	require.Len(t, byReminder, 9)
 	require.Equal(t, []provider.Earlier{{AttemptID: 101, Started: at(-time.Minute)}}, byReminder[1].Earlier)
 	require.Len(t, byReminder[5].Earlier, 1, "the attempt that timed out")
 	require.Equal(t, t0, byReminder[5].Earlier[0].Started)

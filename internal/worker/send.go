@@ -119,11 +119,11 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		}
 	}()
 	if !it.sendAt.IsZero() && !w.awaitSlot(ctx, it) {
-		w.decided(it, onSlotMissed(w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), "")
+		w.unsent(ctx, it, onSlotMissed(w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]))
 		return
 	}
 	if v := w.mayStart(it); v.kind != kindSend {
-		w.decided(it, v, "")
+		w.unsent(ctx, it, v)
 		return
 	}
 	// An earlier attempt whose outcome is unknown is looked up at the
@@ -158,7 +158,7 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	id, err := w.sender.Send(sctx, msg)
 	now := w.clock.Now()
 	if v := refused.Load(); v != nil && err != nil {
-		w.decided(it, *v, "") // nothing left for the provider
+		w.unsent(ctx, it, *v) // nothing left for the provider
 		return
 	}
 	if o := opened.Load(); o != 0 {
