@@ -117,6 +117,14 @@ func (r *Reconciler) settle(ctx context.Context, batch int, sum *Summary) ([]int
 	ctx, cancel := context.WithTimeout(ctx, l.Budget)
 	defer cancel()
 	var looked, skip []int64
+	var heldErr error // the first lookup that could not be answered, logged once a pass
+	var heldID int64
+	defer func() {
+		if heldErr != nil {
+			r.Log.Warn().Err(heldErr).Int64("reminder_id", heldID).Int("held", sum.LookupsHeld).
+				Msg("the provider could not be asked about unknown outcomes at the deadline; asking again next pass")
+		}
+	}()
 	for ctx.Err() == nil {
 		rows, err := r.Store.UnknownAtDeadline(ctx, r.Clock.Now(), l.hold(nil), batch, skip)
 		if err != nil {
@@ -146,8 +154,9 @@ func (r *Reconciler) settle(ctx context.Context, batch int, sum *Summary) ([]int
 				sum.LookedUpNotFound++
 			case settleHold:
 				sum.LookupsHeld++
-				r.Log.Warn().Err(errs[i]).Int64("reminder_id", o.ID).Str("channel", string(o.Channel)).
-					Msg("the provider could not be asked about an unknown outcome at the deadline; asking again next pass")
+				if heldErr == nil {
+					heldErr, heldID = errs[i], o.ID
+				}
 			}
 		}
 		if len(settled) > 0 {
