@@ -114,9 +114,15 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 		b.store.unknown[id] = []store.UnknownAttempt{{ReminderID: id, AttemptID: 100 + id, StartedAt: at(-time.Minute)}}
 	}
 	ls.found[8] = "SM-8"
+	// 10's deadline is reached and the provider cannot be asked: it is not
+	// expired on a guess but left to the reconciler (which asks again), and
+	// its message is acked.
+	b.addRow(row(func(r *store.Delivery) { r.ID, r.State, r.Attempts, r.Deadline = 10, reminder.Retrying, 1, t0 }))
+	b.store.unknown[10] = []store.UnknownAttempt{{ReminderID: 10, AttemptID: 110, StartedAt: at(-time.Minute)}}
+	ls.fail[10] = http503
 
 	var ds []amqp.Delivery
-	for id := int64(1); id <= 9; id++ {
+	for id := int64(1); id <= 10; id++ {
 		ds = append(ds, b.delivery(t, uint64(id), id))
 	}
 	b.w.process(context.Background(), ds)
@@ -125,7 +131,7 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 		"1 and 4 were found, 3 could not be checked, 6 expired: none of them sent again")
 	for id, want := range map[int64]reminder.State{1: reminder.Delivered, 2: reminder.Delivered, 3: reminder.Retrying,
 		4: reminder.Delivered, 5: reminder.Delivered, 6: reminder.Expired, 7: reminder.Retrying,
-		8: reminder.Delivered, 9: reminder.Expired} {
+		8: reminder.Delivered, 9: reminder.Expired, 10: reminder.Retrying} {
 		require.Equal(t, want, b.store.state(id), "reminder %d", id)
 	}
 	codes := map[int64]reminder.Code{}
@@ -150,11 +156,11 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 	for _, m := range ls.lookups {
 		byReminder[m.ReminderID] = m
 	}
-	require.Len(t, byReminder, 9)
+	require.Len(t, byReminder, 10)
 	require.Equal(t, []provider.Earlier{{AttemptID: 101, Started: at(-time.Minute)}}, byReminder[1].Earlier)
 	require.Len(t, byReminder[5].Earlier, 1, "the attempt that timed out")
 	require.Equal(t, t0, byReminder[5].Earlier[0].Started)
-	for _, tag := range []uint64{1, 2, 3, 4, 5, 6} { // 7's retry message is published to its tier
+	for _, tag := range []uint64{1, 2, 3, 4, 5, 6, 10} { // 7's retry message is published to its tier
 		require.Equal(t, "ack", b.acks.settled[tag], "delivery %d", tag)
 	}
 }
