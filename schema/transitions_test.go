@@ -146,9 +146,28 @@ func writers() []writer {
 				_, _, err := f.st.ResolveExpiredLeases(ctx, tNow, 10000, "r")
 				require.NoError(t, err)
 			})},
-		{file: storeSQL, name: "ExpireOverdue", actors: []reminder.Actor{reminder.Reconciler},
-			runs: one("", func(t *testing.T, f *fixture) {
+		{file: storeSQL, name: "ExpireOverdue", actors: []reminder.Actor{reminder.Reconciler}, runs: []writerRun{
+			{"", func(t *testing.T, f *fixture) {
 				_, err := f.st.ExpireOverdue(ctx, tNow, 10000, "r")
+				require.NoError(t, err)
+			}},
+			// Holding the fixture's channel for lookups (every row has an
+			// attempt of unknown outcome), all of them looked up: they
+			// expire as above.
+			{"holding for lookups", func(t *testing.T, f *fixture) {
+				ids, _ := f.idsAndFences()
+				_, err := f.st.ExpireOverdueHolding(ctx, tNow, 10000, "r",
+					store.Hold{Channels: []reminder.Channel{reminder.Email}, For: time.Hour, Looked: ids})
+				require.NoError(t, err)
+			}},
+		}},
+		{file: storeSQL, name: "SettledByLookup", actors: []reminder.Actor{reminder.Reconciler},
+			runs: one("", func(t *testing.T, f *fixture) {
+				var ss []store.Settled
+				for _, fe := range f.fenced() {
+					ss = append(ss, store.Settled{Fenced: fe, Reason: "settled by lookup"})
+				}
+				_, err := f.st.SettledByLookup(ctx, tNow, ss, "r")
 				require.NoError(t, err)
 			})},
 		{file: storeSQL, name: "SettleQueued", actors: []reminder.Actor{reminder.Worker}, runs: []writerRun{
@@ -160,7 +179,7 @@ func writers() []writer {
 		}},
 		{file: storeSQL, name: "ClaimForDelivery", actors: []reminder.Actor{reminder.Worker},
 			runs: one("", func(t *testing.T, f *fixture) {
-				_, _, err := f.st.ClaimForDelivery(ctx, tNow, reminder.Email, f.fenced(), time.Minute, "w")
+				_, _, err := f.st.ClaimForDelivery(ctx, tNow, reminder.Email, "", f.fenced(), time.Minute, "w")
 				require.NoError(t, err)
 			})},
 		{file: storeSQL, name: "RecordOutcomes", actors: []reminder.Actor{reminder.Worker}, runs: outcomeRuns},

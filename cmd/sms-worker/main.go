@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	_ "time/tzdata" // the zone database, for images without one (pkg/localtime)
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nudgehq/nudge/internal/probe"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/sms"
+	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/worker"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
@@ -55,6 +57,16 @@ func main() {
 				return sender, func() {}, nil
 			})
 		},
+	}
+	o.Serve = func(ctx context.Context, st *store.Store, env fleet.Env) error {
+		if smsFlags.CallbackListen == "" {
+			return nil
+		}
+		cb, err := smsFlags.Callbacks(st, env.Clock, env.Log)
+		if err != nil {
+			return err
+		}
+		return sms.ServeCallbacks(ctx, smsFlags.CallbackListen, cb, env.Log)
 	}
 	f := cmd.Flags()
 	o.RegisterFlags(f)

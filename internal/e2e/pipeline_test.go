@@ -25,6 +25,7 @@ import (
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/sms"
 	"github.com/nudgehq/nudge/internal/store"
@@ -48,6 +49,10 @@ type fleet struct {
 	log     zerolog.Logger
 	store   *store.Store
 	webhook provider.Sender // the webhook workers' sender, set by the test that runs them
+	// limits, when set, gives each worker startWorker starts a rate
+	// limiter of its own over them (sharing their state in PostgreSQL,
+	// as worker processes do).
+	limits  *ratelimit.Config
 	workers []*worker.Worker
 	regs    []*prometheus.Registry
 	// clk is every component's clock (clock.Real unless a test shifts it).
@@ -115,6 +120,9 @@ func (f *fleet) startWorker(t *testing.T, ctx context.Context, ch reminder.Chann
 		deps.Sender = c
 	case reminder.Webhook:
 		deps.Sender = f.webhook
+	}
+	if f.limits != nil {
+		deps.Limiter = ratelimit.New(f.db.Pool, *f.limits)
 	}
 	reg := prometheus.NewRegistry()
 	deps.Metrics = metrics.New(reg)

@@ -2,7 +2,11 @@ package fakesms
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha1" //nolint:gosec // Twilio's signature algorithm
+	"encoding/base64"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -267,8 +271,9 @@ func parseTwilioDate(v string) (time.Time, error) {
 
 // callBack posts a new Twilio message's status changes to its
 // StatusCallback URL, in the background: "sent", then "delivered", or
-// "undelivered" with its ErrorCode. Failures are ignored, as Twilio's own
-// retries are out of scope.
+// "undelivered" with its ErrorCode, each signed as Twilio signs them
+// (X-Twilio-Signature, with the account's auth token: WithTwilioAccount).
+// Failures are ignored, as Twilio's own retries are out of scope.
 func (s *Server) callBack(m *Message, dup bool) {
 	if dup || m.API != APITwilio || m.StatusCallback == "" {
 		return
@@ -294,6 +299,7 @@ func (s *Server) callBack(m *Message, dup bool) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, msg.StatusCallback, strings.NewReader(form.Encode()))
 			if err == nil {
 				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				req.Header.Set("X-Twilio-Signature", twilioSignature(s.twilio.token, msg.StatusCallback, form))
 				if resp, err := hc.Do(req); err == nil {
 					_ = resp.Body.Close()
 				}
@@ -301,4 +307,20 @@ func (s *Server) callBack(m *Message, dup bool) {
 			cancel()
 		}
 	}()
+}
+
+// twilioSignature is Twilio's request signature: the base64 HMAC-SHA1,
+// keyed with the auth token, of the URL it requests followed by every POST
+// parameter, sorted by name, as name then value.
+func twilioSignature(token, target string, form url.Values) string {
+	var b strings.Builder
+	b.WriteString(target)
+	for _, k := range slices.Sorted(maps.Keys(form)) {
+		for _, v := range slices.Sorted(slices.Values(form[k])) {
+			b.WriteString(k + v)
+		}
+	}
+	mac := hmac.New(sha1.New, []byte(token))
+	mac.Write([]byte(b.String()))
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -10,8 +11,11 @@ import (
 	"github.com/nudgehq/nudge/internal/config"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
+	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/retention"
+	"github.com/nudgehq/nudge/internal/sms"
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // Reconciler is what the reconciler binary's flags fill in.
@@ -27,6 +31,12 @@ type Reconciler struct {
 	Retention retention.Config
 	// CleanEvery is the time between retention passes.
 	CleanEvery time.Duration
+	// SMSLookup settles SMS reminders whose deadline passed while an
+	// attempt's outcome was unknown by asking the provider (SMS), before
+	// expiring them; LookupHold bounds the wait for an answer.
+	SMSLookup  bool
+	SMS        sms.Flags
+	LookupHold time.Duration
 }
 
 // RegisterFlags adds the reconciler's flags to fs.
@@ -43,6 +53,30 @@ func (o *Reconciler) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", DefaultListen, "address for /healthz, /readyz and /metrics (empty: none)")
 	fs.DurationVar(&o.CleanEvery, "retention-every", reconcile.DefaultCleanEvery, "time between retention passes")
 	retention.RegisterFlags(fs, &o.Retention)
+	fs.BoolVar(&o.SMSLookup, "sms-lookup", true,
+		"before expiring an SMS reminder whose attempt's outcome is unknown, ask its provider (configured as sms-worker's: --sms-api, --sms-url, --twilio-*, --sms-providers) and record it delivered when the provider holds the message")
+	fs.DurationVar(&o.LookupHold, "lookup-hold", reconcile.DefaultHold,
+		"how long past its deadline such a reminder waits for its provider to answer before it expires anyway")
+	o.SMS.Register(fs)
+}
+
+// lookup builds the providers' lookups (--sms-lookup).
+func (o *Reconciler) lookup() (reconcile.Lookup, error) {
+	l := reconcile.Lookup{Hold: o.LookupHold}
+	if !o.SMSLookup {
+		return l, nil
+	}
+	for _, api := range o.SMS.APIs() {
+		if err := config.CheckSMSURL(o.SMS.URL(api), o.Common.AllowInsecureTLS); err != nil {
+			return l, fmt.Errorf("--sms-lookup: the %s provider's URL: %w", api, err)
+		}
+	}
+	looker, err := o.SMS.Sender(sms.DefaultTemplates(), reconcile.DefaultLookupTimeout)
+	if err != nil {
+		return l, fmt.Errorf("--sms-lookup: %w", err)
+	}
+	l.Lookers = map[reminder.Channel]provider.Looker{reminder.SMS: looker}
+	return l, nil
 }
 
 // Run runs repair passes (and, now and then, a retention pass) until ctx
@@ -51,6 +85,10 @@ func (o *Reconciler) RegisterFlags(fs *pflag.FlagSet) {
 // with Once, it runs one repair pass and returns.
 func (o *Reconciler) Run(ctx context.Context, env Env) error {
 	if err := o.Retention.Validate(); err != nil {
+		return err
+	}
+	lookup, err := o.lookup()
+	if err != nil {
 		return err
 	}
 	p, err := startPublishing(ctx, &o.Common, "reconciler", reconcilerTimeouts, env)
@@ -77,6 +115,7 @@ func (o *Reconciler) Run(ctx context.Context, env Env) error {
 		Cleaner:    retention.New(p.pool, o.Retention, env.Clock),
 		CleanEvery: o.CleanEvery,
 		Queues:     queues.States,
+		Lookup:     lookup,
 	}
 	if o.Once {
 		sum, err := r.Pass(ctx)

@@ -34,6 +34,10 @@ type Worker struct {
 	Listen string
 	// Limits is the fleet-wide rate limits file (empty: none).
 	Limits string
+	// Serve, when set, starts what the binary serves beside the worker
+	// (sms-worker: Twilio's status callbacks) once the database is open;
+	// it must return once started, and stop when ctx ends.
+	Serve func(ctx context.Context, st *store.Store, env Env) error
 }
 
 // sharedSender is a sender whose choice of provider the fleet shares
@@ -127,6 +131,11 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 	}
 	if err := probe.Serve(ctx, o.Listen, env.Registry, w.Ready, env.Log); err != nil {
 		return err
+	}
+	if o.Serve != nil {
+		if err := o.Serve(ctx, st, env); err != nil {
+			return err
+		}
 	}
 	err = w.Run(ctx)
 	c := w.Counts()

@@ -34,6 +34,15 @@ type Message struct {
 	// it. Nil: no check. The worker's gate refuses a send whose deadline is
 	// within its margin.
 	Gate func() error
+	// Provider is the provider the attempt is recorded as going to (its
+	// claim recorded Chooser.Current), "" when none was recorded.
+	Provider string
+	// Route, when set, records that the attempt goes to provider name
+	// instead of Provider. A sender over several providers (sms.Failover)
+	// calls it before the request leaves for a provider other than
+	// Provider; a non-nil error means the request must not leave (Send
+	// returns a retryable CodeNotStarted error). Nil: nothing to record.
+	Route func(name string) error
 	// Earlier are the reminder's earlier attempts whose outcome is unknown
 	// (no answer came, or their worker died mid-send): the provider may hold
 	// a message from any of them. A Looker searches for it with these; Send
@@ -67,6 +76,17 @@ type Earlier struct {
 	// Started is when the attempt was claimed: the provider cannot have
 	// accepted its message before.
 	Started time.Time
+	// Provider is the provider its request went to, "" when not recorded
+	// (any of the channel's providers may hold its message).
+	Provider string
+}
+
+// Chooser is a Sender that names the provider its next Send goes to, so
+// the worker records it on the attempt it claims: an adapter names itself,
+// a failover its current choice.
+type Chooser interface {
+	Sender
+	Current() string
 }
 
 // Since returns the earliest start of msg.Earlier (zero when it is empty).

@@ -62,6 +62,14 @@ type ChannelLimits struct {
 	// used while the fleet sends through it; a provider not named uses the
 	// channel's. Optional: a file without it means what it meant before.
 	Providers map[string]ProviderLimits `json:"providers,omitempty"`
+	// Hosts (webhook only) maps a target host (as in its URL, lower case)
+	// to its own limit: each host listed is an account of its own,
+	// "<account>/<host>", shared by every tenant sending to it and by the
+	// whole fleet, so one slow application does not slow requests to
+	// another. "default" gives every host not listed such an account of
+	// its own with that limit; without it, unlisted hosts share the
+	// channel's account and limit. Optional.
+	Hosts map[string]Limit `json:"hosts,omitempty"`
 }
 
 // ProviderLimits are one provider's account and limit.
@@ -135,6 +143,17 @@ func (c Config) Validate() error {
 				return err
 			}
 		}
+		if len(cl.Hosts) > 0 && reminder.Channel(ch) != reminder.Webhook {
+			return fmt.Errorf("rate limits: %s.hosts: only the webhook channel has target hosts", prefix)
+		}
+		for h, l := range cl.Hosts {
+			if h == "" || h != strings.ToLower(h) || strings.ContainsAny(h, "/:@ ") {
+				return fmt.Errorf("rate limits: %s.hosts.%q: want a host name in lower case, without scheme, port or path", prefix, h)
+			}
+			if err := l.validate(prefix + ".hosts." + h); err != nil {
+				return err
+			}
+		}
 		for name, pl := range cl.Providers {
 			if pl.Account == "" {
 				return fmt.Errorf("rate limits: %s.providers.%s.account is required", prefix, name)
@@ -193,14 +212,30 @@ type Limiter struct {
 // Call it before the first Acquire.
 func (l *Limiter) UseProviders(current func(channel string) string) { l.provider = current }
 
-// account returns the account and limit of the channel's provider in use.
-func (l *Limiter) account(channel string, cl ChannelLimits) (string, Limit) {
+// account returns the account and limit of the flow: its target host's
+// (ChannelLimits.Hosts), else the channel's provider in use's, else the
+// channel's.
+func (l *Limiter) account(f Flow, cl ChannelLimits) (string, Limit) {
+	if f.Host != "" && len(cl.Hosts) > 0 {
+		if hl, ok := cl.Hosts[f.Host]; ok {
+			return cl.Account + "/" + f.Host, hl
+		}
+		if hl, ok := cl.Hosts["default"]; ok {
+			return cl.Account + "/" + f.Host, hl
+		}
+	}
 	if l.provider != nil && len(cl.Providers) > 0 {
-		if pl, ok := cl.Providers[l.provider(channel)]; ok {
+		if pl, ok := cl.Providers[l.provider(f.Channel)]; ok {
 			return pl.Account, pl.Limit
 		}
 	}
 	return cl.Account, cl.Limit
+}
+
+// Flow is what a reservation is for: a tenant's messages on a channel, and
+// for the webhook channel their target host (lower case; "" for none).
+type Flow struct {
+	Channel, Tenant, Host string
 }
 
 // New returns a limiter for cfg.
@@ -251,11 +286,19 @@ func (g Grant) Granted(want int) int {
 // before (they are served first); the last fresh are new. Without limits
 // for the channel everything is granted.
 func (l *Limiter) Acquire(ctx context.Context, now time.Time, channel, tenant string, want, fresh int) (Grant, error) {
+	return l.Reserve(ctx, now, Flow{Channel: channel, Tenant: tenant}, want, fresh)
+}
+
+// Reserve is Acquire for a flow that may name a target host: a webhook's
+// messages to a host listed in ChannelLimits.Hosts take that host's limit,
+// fleet-wide.
+func (l *Limiter) Reserve(ctx context.Context, now time.Time, f Flow, want, fresh int) (Grant, error) {
+	channel, tenant := f.Channel, f.Tenant
 	cl, ok := l.Config().Channels[channel]
 	if !ok || want <= 0 {
 		return Grant{Unlimited: true}, nil
 	}
-	account, limit := l.account(channel, cl)
+	account, limit := l.account(f, cl)
 	var capRate *float64
 	flowBurst := 1
 	if tl, ok := cl.Tenants[tenant]; ok {

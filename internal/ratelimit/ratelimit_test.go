@@ -37,6 +37,12 @@ func TestParseNamesTheOffendingKey(t *testing.T) {
 			"channels.sms.providers.twilio.account"},
 		{`{"version":"1","channels":{"sms":{"account":"a","rate":5,"burst":1,"providers":{"twilio":{"account":"t","rate":5,"burst":0}}}}}`,
 			"channels.sms.providers.twilio.burst"},
+		{`{"version":"1","channels":{"sms":{"account":"a","rate":5,"burst":1,"hosts":{"app.internal":{"rate":5,"burst":1}}}}}`,
+			"channels.sms.hosts: only the webhook channel"},
+		{`{"version":"1","channels":{"webhook":{"account":"a","rate":5,"burst":1,"hosts":{"https://App.internal":{"rate":5,"burst":1}}}}}`,
+			`channels.webhook.hosts."https://App.internal": want a host name in lower case`},
+		{`{"version":"1","channels":{"webhook":{"account":"a","rate":5,"burst":1,"hosts":{"app.internal":{"rate":0,"burst":1}}}}}`,
+			"channels.webhook.hosts.app.internal.rate"},
 	} {
 		_, err := ratelimit.Parse([]byte(tc.file))
 		require.ErrorContains(t, err, tc.want, tc.file)
@@ -121,6 +127,36 @@ func TestAcquireTakesTheLimitsOfTheProviderInUse(t *testing.T) {
 	require.Greater(t, atGeneric, atTwilio, "generic's own account (burst 4), untouched by twilio's sends")
 	current = "carrier-pigeon"
 	require.Greater(t, slots(), 0, "a provider the file does not name uses the channel's account")
+}
+
+// A webhook host listed in the file has an account of its own, fleet-wide:
+// it runs dry without touching another host's; "default" gives each other
+// host such an account; without it they share the channel's.
+func TestReserveTakesTheTargetHostsLimit(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 8, 12, 9, 0, 0, 0, time.UTC)
+	slots := func(l *ratelimit.Limiter, host string) int {
+		g, err := l.Reserve(ctx, t0, ratelimit.Flow{Channel: "webhook", Tenant: "acme", Host: host}, 10, 10)
+		require.NoError(t, err)
+		return len(g.Slots)
+	}
+	cfg, err := ratelimit.Parse([]byte(`{"version":"1","channels":{"webhook":{"account":"hooks","rate":10,"burst":4,
+		"hosts":{"a.internal":{"rate":10,"burst":2}}}}}`))
+	require.NoError(t, err)
+	one, two := ratelimit.New(db.Pool, cfg), ratelimit.New(db.Pool, cfg) // two worker instances
+	atA := slots(one, "a.internal")
+	require.Positive(t, atA)
+	require.Zero(t, slots(two, "a.internal"), "a.internal's account is shared by the fleet: nothing more at t0")
+	require.Greater(t, slots(two, "b.internal"), atA, "b.internal, not listed, uses the channel's account, untouched")
+	require.Zero(t, slots(one, "c.internal"), "and shares it with every other host not listed")
+
+	cfg.Version, cfg.Channels["webhook"].Hosts["default"] = "2", ratelimit.Limit{Rate: 10, Burst: 2}
+	one.Set(cfg)
+	require.Positive(t, slots(one, "d.internal"), "with a default, each host has its own account")
+	require.Positive(t, slots(one, "e.internal"))
+	require.Zero(t, slots(one, "d.internal"))
 }
 
 // Flows that keep asking share the account max-min fairly, whatever they

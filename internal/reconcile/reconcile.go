@@ -23,6 +23,7 @@ import (
 	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/retention"
+	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -85,6 +86,10 @@ type Reconciler struct {
 	// ones with an expired send lease still are. Nil: every channel is
 	// taken to be draining. *broker.WorkQueues's States.
 	Queues func(ctx context.Context) (map[string]broker.QueueState, error)
+	// Lookup, when it has Lookers, settles reminders whose deadline passed
+	// while an attempt's outcome was unknown by asking their provider
+	// before expiring them (settle.go). Zero value: they expire at once.
+	Lookup Lookup
 
 	lastOK     atomic.Int64 // unix nanoseconds of the last pass that succeeded
 	brokerDown atomic.Bool  // the last pass could not publish
@@ -130,6 +135,17 @@ type Summary struct {
 	// reminders were left alone this pass: their work queue has a backlog
 	// or no consumer.
 	Waiting []string
+	// SettledByLookup were at or past their deadline with an attempt of
+	// unknown outcome, and their provider holds the message: delivered
+	// (SettledBy counts them per channel).
+	SettledByLookup int
+	SettledBy       map[reminder.Channel]int
+	// LookedUpNotFound were such reminders whose provider has nothing of
+	// them: expired.
+	LookedUpNotFound int
+	// LookupsHeld were such reminders whose provider could not be asked:
+	// left for the next pass (until Lookup.Hold past their deadline).
+	LookupsHeld int
 	// BrokerDown is set when the pass could not publish, so it did only
 	// the database's repairs (expiry, leases) and republished nothing.
 	BrokerDown bool
@@ -151,24 +167,20 @@ func (r *Reconciler) Pass(ctx context.Context) (sum Summary, err error) {
 func (r *Reconciler) pass(ctx context.Context) (Summary, error) {
 	cfg := r.Config.WithDefaults()
 	var sum Summary
-	for range maxRounds {
-		exp, err := r.Store.ExpireOverdueByChannel(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
-		n := 0
-		for ch, e := range exp {
-			n += e.Expired
-			if sum.ExpiredBy == nil {
-				sum.ExpiredBy = map[reminder.Channel]int{}
-			}
-			sum.ExpiredBy[ch] += e.Expired
-			sum.SendLeasesExpired += e.SendLeaseExpired
-		}
-		sum.Expired += n
-		if err != nil {
+	// Expire what is late, except what waits for its provider's answer;
+	// then ask the providers, and expire what they have nothing of.
+	l := r.Lookup.WithDefaults()
+	if err := r.expire(ctx, cfg.Batch, l.hold(nil), &sum); err != nil {
+		return sum, err
+	}
+	looked, err := r.settle(ctx, cfg.Batch, &sum)
+	if len(looked) > 0 {
+		if err := r.expire(ctx, cfg.Batch, l.hold(looked), &sum); err != nil {
 			return sum, err
 		}
-		if n < cfg.Batch {
-			break
-		}
+	}
+	if err != nil {
+		return sum, err
 	}
 	for range maxRounds {
 		released, cleared, err := r.Store.ResolveExpiredLeases(ctx, r.Clock.Now(), cfg.Batch, r.Actor)
@@ -212,6 +224,31 @@ func (r *Reconciler) pass(ctx context.Context) (Summary, error) {
 		}
 	}
 	return sum, queuesErr
+}
+
+// expire expires the reminders at or past their deadline, but those hold
+// keeps for a lookup, batch by batch.
+func (r *Reconciler) expire(ctx context.Context, batch int, hold store.Hold, sum *Summary) error {
+	for range maxRounds {
+		exp, err := r.Store.ExpireOverdueHolding(ctx, r.Clock.Now(), batch, r.Actor, hold)
+		n := 0
+		for ch, e := range exp {
+			n += e.Expired
+			if sum.ExpiredBy == nil {
+				sum.ExpiredBy = map[reminder.Channel]int{}
+			}
+			sum.ExpiredBy[ch] += e.Expired
+			sum.SendLeasesExpired += e.SendLeaseExpired
+		}
+		sum.Expired += n
+		if err != nil {
+			return err
+		}
+		if n < batch {
+			return nil
+		}
+	}
+	return nil
 }
 
 // waiting returns the channels whose work queue has a backlog or no
@@ -274,6 +311,9 @@ func (r *Reconciler) Record(sum Summary, err error, now time.Time) {
 	for ch, n := range sum.ExpiredBy {
 		r.Metrics.Outcomes(string(ch), string(reminder.Expired), metrics.ReconcilerExpiry, n)
 	}
+	for ch, n := range sum.SettledBy {
+		r.Metrics.Outcomes(string(ch), string(reminder.Delivered), string(reminder.CodeSettledByLookup), n)
+	}
 }
 
 func (r *Reconciler) logClean(cs retention.Summary, err error) {
@@ -299,6 +339,7 @@ func (r *Reconciler) LogSummary(sum Summary, err error) {
 		ev = r.Log.Error().Err(err)
 	}
 	ev.Int("expired", sum.Expired).Int("released", sum.Released).Int("in_queue", sum.InQueue).Int("republished", sum.Republished).Int("send_leases_expired", sum.SendLeasesExpired).
-		Int("quarantined", sum.Quarantined).Strs("waiting", sum.Waiting).Bool("broker_down", sum.BrokerDown).
+		Int("quarantined", sum.Quarantined).Int("settled_by_lookup", sum.SettledByLookup).
+		Int("looked_up_not_found", sum.LookedUpNotFound).Int("lookups_held", sum.LookupsHeld).Strs("waiting", sum.Waiting).Bool("broker_down", sum.BrokerDown).
 		Dur("elapsed", sum.Elapsed).Msg("reconcile pass")
 }

@@ -107,3 +107,14 @@ WITH del AS (
     RETURNING 1
 )
 SELECT count(*) FROM del;
+
+-- name: DeleteMessageStatuses
+-- Deletes the delivery statuses providers reported (sms_message_status,
+-- schema version 24) once they are older than the payload window, as the
+-- attempts' provider ids they describe are.
+WITH del AS (
+    DELETE FROM sms_message_status WHERE message_sid IN (
+        SELECT message_sid FROM sms_message_status WHERE reported_at < @before ORDER BY reported_at LIMIT @limit)
+    RETURNING 1
+)
+SELECT count(*) FROM del;

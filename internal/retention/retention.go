@@ -150,6 +150,9 @@ type Summary struct {
 	ConfirmsDeleted int64
 	// FlowsDeleted are rate-limit flows idle for IdleFlowAfter.
 	FlowsDeleted int64
+	// StatusesDeleted are delivery statuses providers reported
+	// (sms_message_status) past PayloadAfter.
+	StatusesDeleted int64
 	// Statements the pass ran.
 	Statements int
 	// More is set when a kind stopped at MaxBatches with work left.
@@ -160,7 +163,7 @@ type Summary struct {
 // Total is every row the pass changed or removed.
 func (s Summary) Total() int64 {
 	return s.Purged + s.AttemptsDeleted + s.RemindersDeleted + s.EventsDeleted + s.AuditDeleted + s.RunsDeleted +
-		s.ConfirmsDeleted + s.FlowsDeleted
+		s.ConfirmsDeleted + s.FlowsDeleted + s.StatusesDeleted
 }
 
 // IdleFlowAfter is how long a rate-limit flow (a channel's tenant on a
@@ -195,6 +198,7 @@ func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 		{"deleting dispatch runs", query("DeleteRuns"), cfg.ReminderAfter, []*int64{&sum.RunsDeleted}},
 		{"deleting publish confirmations", query("DeleteConfirms"), cfg.ReminderAfter, []*int64{&sum.ConfirmsDeleted}},
 		{"deleting idle rate-limit flows", query("DeleteIdleFlows"), IdleFlowAfter, []*int64{&sum.FlowsDeleted}},
+		{"deleting reported message statuses", query("DeleteMessageStatuses"), cfg.PayloadAfter, []*int64{&sum.StatusesDeleted}},
 	}
 	for _, st := range steps {
 		if err := c.batches(ctx, cfg, &sum, st.what, st.sql, st.window, st.counts); err != nil {

@@ -28,11 +28,17 @@ import (
 // fleet at a time (every ProbeEvery) sends its next message to the first
 // as a probe; success brings the fleet back.
 //
-// An attempt whose outcome is unknown may have left its message at any
-// provider the fleet used, so Lookup asks every provider, in order, before
-// the worker may send again: a reminder never goes to the second provider
-// before the first has been checked, and one that a provider cannot answer
-// about waits (its retry) until it can.
+// Each attempt records the provider its request goes to
+// (delivery_attempts.provider, schema version 24): the worker records the
+// fleet's choice (Current) when it claims the attempt, and Send, before the
+// request leaves for another provider (a probe, or a switch since the claim),
+// records that one first (provider.Message.Route). An attempt whose outcome
+// is unknown is then looked up at its provider only, before the worker may
+// send again, wherever the fleet has moved since: a reminder never goes to
+// the second provider before the first has been checked, and one whose
+// provider cannot answer waits (its retry) until it can. An attempt with no
+// provider recorded (from before version 24) is looked up at every
+// provider, in order.
 
 // Failover defaults, for the zero values of FailoverConfig.
 const (
@@ -142,7 +148,7 @@ type Named struct {
 // Shared is the fleet's shared provider choice (*store.Store).
 type Shared interface {
 	FailoverCurrent(ctx context.Context, channel, first string, now time.Time) (string, time.Time, error)
-	FailoverCount(ctx context.Context, channel, provider string, failed bool, now time.Time, window time.Duration) (store.FailoverCounts, bool, error)
+	FailoverCount(ctx context.Context, channel, provider string, successes int, failed bool, now time.Time, window time.Duration) (store.FailoverCounts, bool, error)
 	FailoverSwitch(ctx context.Context, channel, from, to string, now, probeAt time.Time) (bool, error)
 	FailoverClaimProbe(ctx context.Context, channel, first string, now, next time.Time) (bool, error)
 }
@@ -164,7 +170,15 @@ type Failover struct {
 	cur     string    // the shared choice as last read
 	probeAt time.Time // its next probe, zero on the first provider
 	readAt  time.Time // when cur was read; zero: read again
+	// pending counts the successes not yet reported, by provider, since
+	// flushedAt: they are reported together (see report).
+	pending   map[string]int
+	flushedAt time.Time
 }
+
+// maxPendingSuccesses bounds the successes a worker holds back before it
+// reports them.
+const maxPendingSuccesses = 100
 
 // ErrNoShared means a Failover was used before Share.
 var ErrNoShared = errors.New("provider failover has no shared state")
@@ -308,9 +322,26 @@ func (f *Failover) Send(ctx context.Context, msg provider.Message) (string, erro
 			return id, err
 		}
 	}
+	if err := route(&msg, cur); err != nil {
+		return "", err
+	}
 	id, err := f.get(cur).Looker.Send(ctx, msg)
 	f.report(ctx, cur, err)
 	return id, err
+}
+
+// route records, through msg.Route, that msg goes to name when its attempt
+// is recorded as going elsewhere: an error means it must not be sent.
+func route(msg *provider.Message, name string) error {
+	if msg.Route == nil || msg.Provider == name {
+		return nil
+	}
+	if err := msg.Route(name); err != nil {
+		return provider.RetryableError(provider.CodeNotStarted, 0,
+			fmt.Errorf("reminder %d not sent: recording its provider %s: %w", msg.ReminderID, name, err))
+	}
+	msg.Provider = name
+	return nil
 }
 
 // probe tries the first provider with msg when this worker wins the fleet's
@@ -327,6 +358,9 @@ func (f *Failover) probe(ctx context.Context, msg provider.Message, cur string, 
 		f.forget()
 		return "", false, nil
 	}
+	if err := route(&msg, first); err != nil {
+		return "", true, err
+	}
 	id, err = f.get(first).Looker.Send(ctx, msg)
 	if err == nil {
 		f.move(ctx, cur, first)
@@ -341,17 +375,44 @@ func (f *Failover) probe(ctx context.Context, msg provider.Message, cur string, 
 }
 
 // report counts a send's result against name and moves the fleet on when
-// the counts trip the policy.
+// the counts trip the policy. Successes are not written one by one: every
+// send of the fleet would update the channel's one shared row, and those
+// updates queue on its row lock. A worker holds its successes back and
+// reports them in one statement at most every Cache (or every
+// maxPendingSuccesses), and at once with its next failure, before it, so a
+// success still breaks a run of failures. What this costs: another worker's
+// success may reach the row up to Cache late, so a run of failures
+// elsewhere can trip while it waits, and the error-rate window may miss a
+// second of successes at its edge; what it saves is the row lock on the
+// path of every send (BenchmarkFailoverSends).
 func (f *Failover) report(ctx context.Context, name string, sendErr error) {
 	counted, failed := judge(sendErr)
 	if !counted {
 		return
 	}
+	now := f.clock.Now()
+	f.mu.Lock()
+	if f.pending == nil {
+		f.pending = map[string]int{}
+	}
+	if !failed {
+		f.pending[name]++
+		if f.pending[name] < maxPendingSuccesses && now.Sub(f.flushedAt) < f.cfg.Cache {
+			f.mu.Unlock()
+			return
+		}
+	}
+	successes := f.pending[name]
+	delete(f.pending, name)
+	f.flushedAt = now
+	f.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	n, ok, err := f.shared.FailoverCount(ctx, f.cfg.Channel, name, failed, f.clock.Now(), f.cfg.Window)
+	n, ok, err := f.shared.FailoverCount(ctx, f.cfg.Channel, name, successes, failed, now, f.cfg.Window)
 	if err != nil {
-		f.log.Warn().Err(err).Msg("provider failover: a send's result was not counted")
+		f.log.Warn().Err(err).Int("successes", successes).Bool("failed", failed).
+			Msg("provider failover: send results were not counted")
 		return
 	}
 	if !ok {
@@ -385,13 +446,28 @@ func (f *Failover) move(ctx context.Context, from, to string) {
 	f.log.Warn().Str("from", from).Str("to", to).Msg("provider failover: the fleet now sends through " + to)
 }
 
-// Lookup asks every provider, in order, for a message of msg's earlier
-// attempts: found at one, it returns that one's id; a provider that cannot
-// answer ends the search with its error (nothing may be sent before it
-// can); ErrNotFound only when none holds it.
+// Lookup asks the providers msg.Earlier went to, in order, for a message of
+// those attempts: each attempt only at its own provider (every provider for
+// one with none recorded). Found at one, it returns that one's id; a
+// provider that cannot answer ends the search with its error (nothing may
+// be sent before it can); ErrNotFound only when none holds it. A provider
+// none of the attempts went to is not asked (with no attempts named, every
+// provider is).
 func (f *Failover) Lookup(ctx context.Context, msg provider.Message) (string, error) {
+	var asked []string
 	for _, p := range f.providers {
-		id, err := p.Looker.Lookup(ctx, msg)
+		q := msg
+		q.Earlier = nil
+		for _, e := range msg.Earlier {
+			if e.Provider == "" || e.Provider == p.Name || !f.has(e.Provider) {
+				q.Earlier = append(q.Earlier, e)
+			}
+		}
+		if len(q.Earlier) == 0 && len(msg.Earlier) > 0 {
+			continue
+		}
+		asked = append(asked, p.Name)
+		id, err := p.Looker.Lookup(ctx, q)
 		if err == nil {
 			return id, nil
 		}
@@ -399,5 +475,11 @@ func (f *Failover) Lookup(ctx context.Context, msg provider.Message) (string, er
 			return "", fmt.Errorf("looking up at provider %s: %w", p.Name, err)
 		}
 	}
-	return "", fmt.Errorf("reminder %d at %v: %w", msg.ReminderID, f.Providers(), provider.ErrNotFound)
+	return "", fmt.Errorf("reminder %d at %v: %w", msg.ReminderID, asked, provider.ErrNotFound)
+}
+
+// has reports whether name is one of the providers: an attempt recorded at
+// a provider this deploy no longer lists is looked up at every one.
+func (f *Failover) has(name string) bool {
+	return slices.ContainsFunc(f.providers, func(p Named) bool { return p.Name == name })
 }

@@ -3,6 +3,7 @@ package sms_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -201,6 +202,72 @@ func TestFailoverLookupAsksEveryProviderInOrder(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, provider.ErrNotFound), "a could not answer: not 'not found'")
 	require.Equal(t, 1, fb.b.fake.Stats().Lookups, "b is not asked before a has answered")
+}
+
+// A worker reports its successes to the shared row in batches, at most
+// every Cache, and at once, ahead of it, with its next failure: the row
+// then counts every send, and a success still breaks a run of failures.
+func TestFailoverCountsSuccessesInBatches(t *testing.T) {
+	t.Parallel()
+	fb := failoverSetup(t)
+	ctx := context.Background()
+	w := fb.worker(t)
+	counts := func() (sends, failed, failures int) {
+		t.Helper()
+		require.NoError(t, fb.st.Pool().QueryRow(ctx,
+			`SELECT window_sends, window_failures, failures FROM provider_failover WHERE channel = 'sms'`).Scan(&sends, &failed, &failures))
+		return sends, failed, failures
+	}
+	for i := range 5 {
+		_, err := w.Send(ctx, message(fmt.Sprint("ok-", i)))
+		require.NoError(t, err)
+	}
+	sends, _, _ := counts()
+	require.Equal(t, 1, sends, "the first success is reported at once, the next four held back")
+	fb.clock.Advance(time.Second)
+	_, err := w.Send(ctx, message("ok-5"))
+	require.NoError(t, err)
+	sends, _, _ = counts()
+	require.Equal(t, 6, sends, "a Cache later, the five held back are reported in one statement")
+
+	require.NoError(t, fb.a.fake.SetConfig(fakesms.Config{Script: []fakesms.Outcome{"accept", "503", "503"}}))
+	for i := range 3 {
+		_, _ = w.Send(ctx, message(fmt.Sprint("mixed-", i)))
+	}
+	sends, failed, failures := counts()
+	require.Equal(t, [3]int{9, 2, 2}, [3]int{sends, failed, failures},
+		"the held-back success went with the first failure, ahead of it: two failures in a row, nine sends")
+}
+
+// An attempt recorded at one provider is looked up there only: found or
+// not, the other is not asked.
+func TestFailoverLookupAsksTheAttemptsProvider(t *testing.T) {
+	t.Parallel()
+	fb := failoverSetup(t)
+	ctx := context.Background()
+	w := fb.worker(t)
+	msg := message("held-at-b")
+	msg.Earlier = []provider.Earlier{{AttemptID: 1, Started: fb.clock.Now().Add(-time.Minute), Provider: "b"}}
+
+	_, err := w.Lookup(ctx, msg)
+	require.ErrorIs(t, err, provider.ErrNotFound)
+	require.Zero(t, fb.a.fake.Stats().Lookups, "a, where the attempt did not go, is not asked")
+	require.Equal(t, 1, fb.b.fake.Stats().Lookups)
+
+	_, err = fb.b.client(t, time.Second).Send(ctx, msg)
+	require.NoError(t, err)
+	id, err := w.Lookup(ctx, msg)
+	require.NoError(t, err)
+	require.NotEmpty(t, id)
+	require.Zero(t, fb.a.fake.Stats().Lookups)
+
+	// A provider that could not answer is not replaced by another.
+	msg.Earlier[0].Provider = "a"
+	fb.closeA()
+	_, err = w.Lookup(ctx, msg)
+	require.Error(t, err)
+	require.False(t, errors.Is(err, provider.ErrNotFound))
+	require.Equal(t, 2, fb.b.fake.Stats().Lookups, "b is not asked about an attempt that went to a")
 }
 
 // A Failover without its shared state refuses to send rather than

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/provider"
 )
 
@@ -33,6 +35,9 @@ type Flags struct {
 	// whitespace ignored), an alternative to --twilio-auth-token that keeps
 	// the token out of the environment (a mounted Kubernetes secret).
 	TwilioTokenFile string
+	// CallbackListen is where sms-worker receives Twilio's status
+	// callbacks (--twilio-callback-listen); empty: nowhere.
+	CallbackListen string
 }
 
 // Register adds the flags to fs.
@@ -61,6 +66,37 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 		"twilio: messaging service SID (MG...), instead of --twilio-from")
 	fs.StringVar(&f.Twilio.StatusCallback, "twilio-status-callback", "",
 		"twilio: status callback URL for delivery reports (empty: none); nudge_ref=REF is added to its query")
+	fs.StringVar(&f.CallbackListen, "twilio-callback-listen", "",
+		"twilio: address to receive the status callbacks on (e.g. :8081; empty: none), verified with the auth token against --twilio-status-callback")
+}
+
+// authToken is the Twilio auth token, from --twilio-auth-token or the file
+// --twilio-auth-token-file names.
+func (f *Flags) authToken() (string, error) {
+	if f.TwilioTokenFile == "" {
+		return f.Twilio.AuthToken, nil
+	}
+	if f.Twilio.AuthToken != "" {
+		return "", fmt.Errorf("%w: give --twilio-auth-token or --twilio-auth-token-file, not both", ErrInvalidConfig)
+	}
+	b, err := os.ReadFile(f.TwilioTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--twilio-auth-token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Callbacks builds the status-callback receiver --twilio-callback-listen
+// serves, recording into rec.
+func (f *Flags) Callbacks(rec StatusRecorder, clk clock.Clock, log zerolog.Logger) (*Callbacks, error) {
+	if f.Twilio.StatusCallback == "" {
+		return nil, fmt.Errorf("%w: --twilio-callback-listen needs --twilio-status-callback, the URL Twilio calls", ErrInvalidConfig)
+	}
+	token, err := f.authToken()
+	if err != nil {
+		return nil, err
+	}
+	return NewCallbacks(token, f.Twilio.StatusCallback, rec, clk, log)
 }
 
 // APIs returns the APIs in use: Providers, or API alone.
@@ -107,16 +143,11 @@ func (f *Flags) adapter(api string, templates *Templates, timeout time.Duration)
 	case APITwilio:
 		cfg := f.Twilio
 		cfg.Templates, cfg.Timeout = templates, timeout
-		if f.TwilioTokenFile != "" {
-			if cfg.AuthToken != "" {
-				return nil, fmt.Errorf("%w: give --twilio-auth-token or --twilio-auth-token-file, not both", ErrInvalidConfig)
-			}
-			b, err := os.ReadFile(f.TwilioTokenFile)
-			if err != nil {
-				return nil, fmt.Errorf("--twilio-auth-token-file: %w", err)
-			}
-			cfg.AuthToken = strings.TrimSpace(string(b))
+		token, err := f.authToken()
+		if err != nil {
+			return nil, err
 		}
+		cfg.AuthToken = token
 		return NewTwilio(cfg)
 	}
 	return nil, fmt.Errorf("%w: an SMS API must be %s or %s, got %q", ErrInvalidConfig, APIGeneric, APITwilio, api)

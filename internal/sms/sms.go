@@ -107,7 +107,13 @@ type Client struct {
 	now       func() time.Time
 }
 
-var _ provider.Looker = (*Client)(nil)
+var (
+	_ provider.Looker  = (*Client)(nil)
+	_ provider.Chooser = (*Client)(nil)
+)
+
+// Current names the provider every Send goes to: APIGeneric.
+func (c *Client) Current() string { return APIGeneric }
 
 // New validates cfg and returns a Client. Errors name the offending field and
 // wrap ErrInvalidConfig.

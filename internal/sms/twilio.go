@@ -95,7 +95,13 @@ type TwilioClient struct {
 	now       func() time.Time
 }
 
-var _ provider.Looker = (*TwilioClient)(nil)
+var (
+	_ provider.Looker  = (*TwilioClient)(nil)
+	_ provider.Chooser = (*TwilioClient)(nil)
+)
+
+// Current names the provider every Send goes to: APITwilio.
+func (c *TwilioClient) Current() string { return APITwilio }
 
 // NewTwilio validates cfg and returns a TwilioClient. Errors wrap
 // ErrInvalidConfig and never quote the auth token.

@@ -23,16 +23,16 @@ func TestClaimForDeliveryOnlyOfItsChannel(t *testing.T) {
 	fence := b.enqueue(t, id)
 	before := b.get(t, id)
 
-	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, reminder.SMS, []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "sms-worker")
+	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, reminder.SMS, "", []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "sms-worker")
 	require.NoError(t, err)
 	require.Empty(t, claimed, "the sms worker claimed an email reminder")
 	require.Equal(t, reminder.Email, rows[id].Channel, "the row is returned, so the worker can tell why")
 	require.Equal(t, before, b.get(t, id), "the row is untouched")
 
-	_, _, err = b.st.ClaimForDelivery(ctx, now, "", []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "w")
+	_, _, err = b.st.ClaimForDelivery(ctx, now, "", "", []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "w")
 	require.ErrorContains(t, err, "must be email, sms or webhook", "a claim must name its channel")
 
-	_, claimed, err = b.st.ClaimForDelivery(ctx, now, reminder.Email, []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "email-worker")
+	_, claimed, err = b.st.ClaimForDelivery(ctx, now, reminder.Email, "", []store.Fenced{{ID: id, Fence: fence}}, time.Minute, "email-worker")
 	require.NoError(t, err)
 	require.Contains(t, claimed, id, "its own channel's worker claims it")
 }

@@ -44,13 +44,14 @@ func (s *Store) FailoverCurrent(ctx context.Context, channel, first string, now 
 	return current, probeAt, nil
 }
 
-// FailoverCount counts one send's result (failed: a retryable failure)
-// against provider, if it is still the channel's current one, and returns
-// the counts; ok is false when the channel has moved on (nothing counted).
-// A window that ended before now restarts with this send.
-func (s *Store) FailoverCount(ctx context.Context, channel, provider string, failed bool, now time.Time, window time.Duration) (c FailoverCounts, ok bool, err error) {
+// FailoverCount counts send results against provider, if it is still the
+// channel's current one: successes successful sends, then (failed) one
+// retryable failure; it returns the counts; ok is false when the channel
+// has moved on (nothing counted). A window that ended before now restarts
+// with these sends.
+func (s *Store) FailoverCount(ctx context.Context, channel, provider string, successes int, failed bool, now time.Time, window time.Duration) (c FailoverCounts, ok bool, err error) {
 	err = s.pool.QueryRow(ctx, query("FailoverCount"), pgx.NamedArgs{
-		"channel": channel, "provider": provider, "failed": failed, "now": now, "window": window,
+		"channel": channel, "provider": provider, "successes": successes, "failed": failed, "now": now, "window": window,
 	}).Scan(&c.Failures, &c.Sends, &c.Failed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil

@@ -261,7 +261,11 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <
 
 -- name: ExpireOverdue
 -- Every open reminder at or past its deadline ends as expired, except one
--- whose send is in flight under a live lease (its worker records the outcome).
+-- whose send is in flight under a live lease (its worker records the outcome),
+-- and one held for a lookup: of the @hold_channels (whose provider the
+-- reconciler can ask), with an attempt of unknown outcome, less than
+-- @hold_for past its deadline, and not among the @looked (the provider said
+-- it has nothing): UnknownAtDeadline and SettledByLookup settle those.
 -- One row per channel: how many expired, and how many of them were being
 -- sent under a send lease that had run out (lease expirations).
 WITH late AS (
@@ -270,6 +274,8 @@ WITH late AS (
      WHERE deadline <= @now
        AND (state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
          OR (state = 'sending' AND lease_until <= @now))
+       AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
+                AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
      ORDER BY deadline
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
@@ -290,6 +296,45 @@ WITH late AS (
     SELECT id, old_state, 'expired', fence, @actor, 'deadline_passed', reason, @now FROM upd
 )
 SELECT channel, count(*), count(*) FILTER (WHERE old_state = 'sending') FROM upd GROUP BY channel;
+
+-- name: UnknownAtDeadline
+-- The reminders ExpireOverdue holds for a lookup (see there), oldest
+-- deadline first, leaving out the @skip (asked about already this pass).
+SELECT id, fence, state, channel, tenant, recipient, idempotency_key, deadline
+  FROM reminders
+ WHERE deadline <= @now AND deadline > @now - @hold_for::interval
+   AND (state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+     OR (state = 'sending' AND lease_until <= @now))
+   AND channel = ANY(@channels::text[])
+   AND id <> ALL(@skip::bigint[])
+   AND nudge_outcome_unknown(id)
+ ORDER BY deadline
+ LIMIT @limit;
+
+-- name: SettledByLookup
+-- The reconciler asked the provider about the unknown attempts of these
+-- reminders, at or past their deadline, and it holds the message: each row
+-- still at its fence and where ExpireOverdue would expire it (open, or
+-- sending under a send lease that ran out) is delivered, its reason saying
+-- so, its event coded settled_by_lookup.
+WITH m AS (
+    SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @reasons::text[]) AS m(id, fence, reason)
+), cur AS (
+    SELECT r.id, r.state AS old_state, m.fence, m.reason FROM m JOIN reminders r ON r.id = m.id
+), upd AS (
+    UPDATE reminders r
+       SET state = 'delivered', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+           finished_at = @now, reason = cur.reason
+      FROM cur
+     WHERE r.id = cur.id AND r.fence = cur.fence
+       AND (r.state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+         OR (r.state = 'sending' AND r.lease_until <= @now)) IS TRUE
+ RETURNING r.id, cur.old_state, r.fence, r.reason
+), events AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT id, old_state, 'delivered', fence, @actor, 'settled_by_lookup', reason, @now FROM upd
+)
+SELECT id FROM upd;
 
 -- name: SettleQueued
 -- A worker settles reminders whose message it holds without sending: rows
@@ -399,8 +444,8 @@ WITH m AS (
     SELECT id, old_state, 'sending', fence, @actor, 'attempt_claimed', 'attempt ' || attempts || ' claimed', @now
       FROM upd
 ), att AS (
-    INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at)
-    SELECT id, attempts, fence, @actor, @now FROM upd
+    INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at, provider)
+    SELECT id, attempts, fence, @actor, @now, nullif(@provider::text, '') FROM upd
  RETURNING id, reminder_id
 )
 SELECT w.id, w.tenant, w.channel, w.recipient, w.template, w.data, w.due_at, w.deadline, w.idempotency_key,
@@ -476,13 +521,31 @@ RETURNING r.id;
 -- ones in hand), whose outcome is unknown (as nudge_outcome_unknown, schema
 -- version 9, judges): the provider may hold their message, so the worker asks
 -- it before sending again or letting the reminder expire.
-SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at
+SELECT a.reminder_id, a.id, coalesce(a.provider_message_id, ''), a.started_at, coalesce(a.provider, '')
   FROM delivery_attempts a
  WHERE a.reminder_id = ANY(@ids::bigint[]) AND a.id <> ALL(@except::bigint[])
    AND (a.outcome IS NULL
      OR a.result = 'unknown'
      OR (a.result IS NULL AND a.outcome = 'retryable' AND a.error ~ '\((timeout|network|unknown|canceled)\)'))
  ORDER BY a.reminder_id, a.id;
+
+-- name: AttemptProvider
+-- Records the provider an attempt's request goes to, before it leaves, when
+-- it is not the one the claim recorded (provider failover: a probe of the
+-- first provider, or a switch since the claim). Writes no reminders.
+UPDATE delivery_attempts SET provider = @provider WHERE id = @id;
+
+-- name: MessageStatus
+-- Records the delivery status a provider reported for a message (a Twilio
+-- status callback), only forward: a report of a lower rank than the one
+-- recorded changes nothing. Returns the status now recorded. Writes no
+-- reminders.
+INSERT INTO sms_message_status AS s (message_sid, status, rank, error_code, reported_at)
+VALUES (@sid, @status, @rank, @error_code, @now)
+ON CONFLICT (message_sid) DO UPDATE
+   SET status = EXCLUDED.status, rank = EXCLUDED.rank, error_code = EXCLUDED.error_code,
+       reported_at = EXCLUDED.reported_at
+ WHERE s.rank < EXCLUDED.rank;
 
 -- name: FailoverCurrent
 -- The channel's provider in use and when its next probe of the first
@@ -498,14 +561,19 @@ UNION ALL
 SELECT current, probe_at FROM provider_failover WHERE channel = @channel AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: FailoverCount
--- Counts one send's result against the provider, if it is still the
+-- Counts a worker's send results against the provider, if it is still the
 -- channel's current one (a report from a worker that has not yet seen a
--- switch changes nothing), restarting the error-rate window when it is over,
--- and returns the counts the failover decision reads.
+-- switch changes nothing): @successes successful sends, then, with @failed,
+-- one retryable failure (a success breaks a run of failures). It restarts
+-- the error-rate window when it is over, and returns the counts the
+-- failover decision reads.
 UPDATE provider_failover
-   SET failures = CASE WHEN @failed::boolean THEN failures + 1 ELSE 0 END,
+   SET failures = CASE WHEN @failed::boolean
+                       THEN CASE WHEN @successes::integer > 0 THEN 0 ELSE failures END + 1
+                       ELSE 0 END,
        window_start = CASE WHEN window_start + @window::interval <= @now THEN @now ELSE window_start END,
-       window_sends = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_sends END + 1,
+       window_sends = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_sends END
+                      + @successes::integer + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
        window_failures = CASE WHEN window_start + @window::interval <= @now THEN 0 ELSE window_failures END
                          + CASE WHEN @failed::boolean THEN 1 ELSE 0 END
  WHERE channel = @channel AND current = @provider

@@ -271,7 +271,14 @@ type Expiry struct {
 
 // ExpireOverdueByChannel is ExpireOverdue that says how many per channel.
 func (s *Store) ExpireOverdueByChannel(ctx context.Context, now time.Time, limit int, actor string) (map[reminder.Channel]Expiry, error) {
-	rows, err := s.pool.Query(ctx, query("ExpireOverdue"), pgx.NamedArgs{"now": now, "limit": limit, "actor": actor})
+	return s.ExpireOverdueHolding(ctx, now, limit, actor, Hold{})
+}
+
+// ExpireOverdueHolding is ExpireOverdueByChannel that leaves alone the
+// reminders hold keeps for a lookup (UnknownAtDeadline).
+func (s *Store) ExpireOverdueHolding(ctx context.Context, now time.Time, limit int, actor string, hold Hold) (map[reminder.Channel]Expiry, error) {
+	rows, err := s.pool.Query(ctx, query("ExpireOverdue"), pgx.NamedArgs{"now": now, "limit": limit, "actor": actor,
+		"hold_channels": hold.channels(), "hold_for": hold.For, "looked": nonNil(hold.Looked)})
 	if err != nil {
 		return nil, fmt.Errorf("expiring overdue reminders: %w", err)
 	}
@@ -445,7 +452,7 @@ func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, l
 	}
 	out := map[int64]Attempt{}
 	for channel, fs := range byChannel {
-		_, claimed, err := s.ClaimForDelivery(ctx, now, channel, fs, lease, actor)
+		_, claimed, err := s.ClaimForDelivery(ctx, now, channel, "", fs, lease, actor)
 		if err != nil {
 			return nil, err
 		}
@@ -461,14 +468,17 @@ func (s *Store) ClaimAttempts(ctx context.Context, now time.Time, fs []Fenced, l
 // id), with the attempts it claimed (by reminder id). A row returned without
 // an attempt was not claimed: the caller judges from the row why. A
 // reminder of another channel is never claimed: a worker acts only on its
-// own channel's work, whatever a message names.
-func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
+// own channel's work, whatever a message names. provider names the provider
+// the attempts are to be sent through (delivery_attempts.provider; "" for
+// none known): an attempt whose outcome turns out unknown is looked up there.
+func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, provider string, fs []Fenced, lease time.Duration, actor string) (map[int64]Delivery, map[int64]Attempt, error) {
 	if !channel.Valid() {
 		return nil, nil, fmt.Errorf("claiming reminders for delivery: channel %q: must be email, sms or webhook", channel)
 	}
 	ids, fences := split(fs)
 	rows, err := s.pool.Query(ctx, query("ClaimForDelivery"), pgx.NamedArgs{
-		"now": now, "channel": string(channel), "ids": ids, "fences": fences, "lease_until": now.Add(lease), "actor": actor,
+		"now": now, "channel": string(channel), "provider": provider, "ids": ids, "fences": fences,
+		"lease_until": now.Add(lease), "actor": actor,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)

@@ -331,7 +331,7 @@ func TestAttemptLifecycleAndRefusals(t *testing.T) {
 	// Issue 13, finding 8: a copy of the retry message replayed before the
 	// next attempt time claims nothing, whatever the worker decides.
 	b.clock.Advance(5*time.Second - time.Millisecond)
-	rows, early, err := b.st.ClaimForDelivery(ctx, b.clock.Now(), reminder.Email, []store.Fenced{{ID: id, Fence: att.Fence}}, time.Minute, "stale")
+	rows, early, err := b.st.ClaimForDelivery(ctx, b.clock.Now(), reminder.Email, "", []store.Fenced{{ID: id, Fence: att.Fence}}, time.Minute, "stale")
 	require.NoError(t, err)
 	require.Empty(t, early, "no attempt before next_attempt_at")
 	require.Equal(t, reminder.Retrying, rows[id].State)
@@ -718,7 +718,7 @@ func TestClaimForDeliveryClaimsAndExplains(t *testing.T) {
 	b.clock.Advance(2 * time.Second) // late's deadline passes
 	now = b.clock.Now()
 
-	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, reminder.Email, []store.Fenced{
+	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, reminder.Email, "", []store.Fenced{
 		{ID: ok, Fence: okFence}, {ID: stale, Fence: staleFence - 1}, {ID: late, Fence: lateFence}, {ID: 999999, Fence: 1},
 	}, time.Minute, "w")
 	require.NoError(t, err)

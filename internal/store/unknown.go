@@ -18,6 +18,9 @@ type UnknownAttempt struct {
 	// ProviderID is the provider's message id, when one was recorded.
 	ProviderID string
 	StartedAt  time.Time
+	// Provider is the provider its request went to (schema version 24),
+	// "" when not recorded: any of the channel's providers may hold it.
+	Provider string
 }
 
 // UnknownAttempts returns, by reminder id, the attempts of the given
@@ -33,7 +36,7 @@ func (s *Store) UnknownAttempts(ctx context.Context, ids, except []int64) (map[i
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnknownAttempt, error) {
 		var a UnknownAttempt
-		err := r.Scan(&a.ReminderID, &a.AttemptID, &a.ProviderID, &a.StartedAt)
+		err := r.Scan(&a.ReminderID, &a.AttemptID, &a.ProviderID, &a.StartedAt, &a.Provider)
 		return a, err
 	})
 	if err != nil {
@@ -52,4 +55,14 @@ func (s *Store) UnknownAttempts(ctx context.Context, ids, except []int64) (map[i
 // worker does this where the reminder would otherwise expire.
 func (s *Store) FoundAtProvider(ctx context.Context, now time.Time, fs []Fenced, actor, reason string) (map[int64]bool, error) {
 	return s.settle(ctx, "recording reminders found at the provider", now, fs, reminder.CodeFoundAtProvider, actor, reason)
+}
+
+// AttemptProvider records that attempt id's request goes to provider, before
+// it leaves, when that is not the provider its claim recorded (failover sent
+// it elsewhere), so a lookup after a crash asks the right one.
+func (s *Store) AttemptProvider(ctx context.Context, id int64, provider string) error {
+	if _, err := s.pool.Exec(ctx, query("AttemptProvider"), pgx.NamedArgs{"id": id, "provider": provider}); err != nil {
+		return fmt.Errorf("recording attempt %d's provider %s: %w", id, provider, err)
+	}
+	return nil
 }

@@ -2,8 +2,11 @@ package worker
 
 import (
 	"context"
+	"net/url"
+	"strings"
 	"time"
 
+	"github.com/nudgehq/nudge/internal/ratelimit"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -21,20 +24,21 @@ func (w *Worker) admit(ctx context.Context, items []*item) []*item {
 	ch := string(w.cfg.Channel)
 	now := w.clock.Now()
 	var keep, hops, waits, late []*item
-	byTenant := map[string][]*item{}
-	var order []string
+	byFlow := map[ratelimit.Flow][]*item{}
+	var order []ratelimit.Flow
 	for _, it := range items {
 		if beforeAsking(it.env.NotBefore, now, w.topo).kind == kindHop {
 			hops = append(hops, it)
 			continue
 		}
-		if _, ok := byTenant[it.row.Tenant]; !ok {
-			order = append(order, it.row.Tenant)
+		f := w.flow(it)
+		if _, ok := byFlow[f]; !ok {
+			order = append(order, f)
 		}
-		byTenant[it.row.Tenant] = append(byTenant[it.row.Tenant], it)
+		byFlow[f] = append(byFlow[f], it)
 	}
-	for _, tenant := range order {
-		its := byTenant[tenant]
+	for _, flow := range order {
+		its, tenant := byFlow[flow], flow.Tenant
 		msgs := make([]waiting, len(its))
 		fresh := 0
 		for i, it := range its {
@@ -48,7 +52,7 @@ func (w *Worker) admit(ctx context.Context, items []*item) []*item {
 		for k, i := range served {
 			inOrder[k] = msgs[i]
 		}
-		g, err := w.fleet.Acquire(ctx, w.clock.Now(), ch, tenant, len(its), fresh)
+		g, err := w.fleet.Reserve(ctx, w.clock.Now(), flow, len(its), fresh)
 		if err != nil {
 			w.log.Warn().Err(err).Str("tenant", tenant).Msg("rate limiter unavailable; giving the messages back")
 			continue // not kept, not settled: nacked and redelivered
@@ -94,6 +98,18 @@ func (w *Worker) admit(ctx context.Context, items []*item) []*item {
 	}
 	w.waitForTurns(ctx, now, hops)
 	return members(items, keep, true)
+}
+
+// flow is the rate-limit flow of it's message: its tenant on the channel,
+// and for a webhook its target host (limited per host, ChannelLimits.Hosts).
+func (w *Worker) flow(it *item) ratelimit.Flow {
+	f := ratelimit.Flow{Channel: string(w.cfg.Channel), Tenant: it.row.Tenant}
+	if w.cfg.Channel == reminder.Webhook {
+		if u, err := url.Parse(it.row.Recipient); err == nil {
+			f.Host = strings.ToLower(u.Hostname())
+		}
+	}
+	return f
 }
 
 // waitForTurns hands rate-limited messages back through the retry tiers

@@ -53,6 +53,9 @@ type item struct {
 	// adapter calls, costs one allocation per send rather than three.
 	refused atomic.Pointer[verdict]
 	opened  atomic.Int64
+	// provider is the provider the attempt is recorded as going to
+	// (delivery_attempts.provider), "" when none.
+	provider string
 }
 
 // process takes a batch from message to acknowledgement. Fresh deliveries

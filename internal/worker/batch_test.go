@@ -57,7 +57,7 @@ func (s *fakeStore) LoadForDelivery(_ context.Context, ids []int64) (map[int64]s
 	return rows, nil
 }
 
-func (s *fakeStore) ClaimForDelivery(_ context.Context, now time.Time, channel reminder.Channel, fs []store.Fenced, _ time.Duration, _ string) (map[int64]store.Delivery, map[int64]store.Attempt, error) {
+func (s *fakeStore) ClaimForDelivery(_ context.Context, now time.Time, channel reminder.Channel, _ string, fs []store.Fenced, _ time.Duration, _ string) (map[int64]store.Delivery, map[int64]store.Attempt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -144,6 +144,8 @@ func (s *fakeStore) UnknownAttempts(_ context.Context, ids, except []int64) (map
 	}
 	return out, nil
 }
+
+func (s *fakeStore) AttemptProvider(context.Context, int64, string) error { return nil }
 
 func (s *fakeStore) FoundAtProvider(_ context.Context, _ time.Time, fs []store.Fenced, _, _ string) (map[int64]bool, error) {
 	return s.move(fs, reminder.Delivered)

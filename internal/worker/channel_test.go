@@ -115,7 +115,7 @@ func TestSMSWorkerDoesNotActOnAnEmailReminder(t *testing.T) {
 // allowAll is a fleet-wide limiter that grants every send.
 type allowAll struct{}
 
-func (allowAll) Acquire(context.Context, time.Time, string, string, int, int) (ratelimit.Grant, error) {
+func (allowAll) Reserve(context.Context, time.Time, ratelimit.Flow, int, int) (ratelimit.Grant, error) {
 	return ratelimit.Grant{Unlimited: true}, nil
 }
 

@@ -65,8 +65,9 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 	}
 	now = w.clock.Now()
 	var claimed map[int64]store.Attempt
+	prov := w.providerName()
 	if err := w.retryDB(ctx, "claiming attempts", func() (err error) {
-		_, claimed, err = w.store.ClaimForDelivery(ctx, now, w.cfg.Channel, fenced(toClaim), w.cfg.SendLease, w.cfg.Name)
+		_, claimed, err = w.store.ClaimForDelivery(ctx, now, w.cfg.Channel, prov, fenced(toClaim), w.cfg.SendLease, w.cfg.Name)
 		return err
 	}); err != nil {
 		return
@@ -74,6 +75,7 @@ func (w *Worker) deliver(ctx context.Context, items []*item) (paced []*item) {
 	var sending []*item
 	for _, it := range toClaim {
 		if w.take(it, claimed, now) {
+			it.provider = prov
 			sending = append(sending, it)
 		}
 	}
@@ -91,8 +93,9 @@ func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*i
 	now := w.clock.Now()
 	var rows map[int64]store.Delivery
 	var claimed map[int64]store.Attempt
+	prov := w.providerName()
 	if err := w.retryDB(ctx, "claiming attempts", func() (err error) {
-		rows, claimed, err = w.store.ClaimForDelivery(ctx, now, w.cfg.Channel, fs, w.cfg.SendLease, w.cfg.Name)
+		rows, claimed, err = w.store.ClaimForDelivery(ctx, now, w.cfg.Channel, prov, fs, w.cfg.SendLease, w.cfg.Name)
 		return err
 	}); err != nil {
 		return // not acked: redelivered when the channel closes
@@ -104,6 +107,7 @@ func (w *Worker) claimAndDeliver(ctx context.Context, items []*item) (paced []*i
 		it.row = row
 		if _, won := claimed[it.env.ReminderID]; won {
 			if w.take(it, claimed, now) {
+				it.provider = prov
 				sending = append(sending, it)
 			}
 			continue

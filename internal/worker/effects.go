@@ -19,7 +19,7 @@ type Store interface {
 	// ClaimForDelivery claims an attempt for each reminder of channel still
 	// at its fence, due and before its deadline, and returns the rows as
 	// they were before the claim.
-	ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, fs []store.Fenced, lease time.Duration, actor string) (map[int64]store.Delivery, map[int64]store.Attempt, error)
+	ClaimForDelivery(ctx context.Context, now time.Time, channel reminder.Channel, provider string, fs []store.Fenced, lease time.Duration, actor string) (map[int64]store.Delivery, map[int64]store.Attempt, error)
 	// ExpireFenced expires reminders whose deadline is reached, at their fences.
 	ExpireFenced(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)
 	// ExpireEarly expires reminders that cannot be sent before their deadline.
@@ -35,6 +35,9 @@ type Store interface {
 	// UnknownAttempts reads the reminders' attempts of unknown outcome,
 	// other than the attempts except.
 	UnknownAttempts(ctx context.Context, ids, except []int64) (map[int64][]store.UnknownAttempt, error)
+	// AttemptProvider records the provider an attempt's request goes to,
+	// when failover sends it elsewhere than its claim recorded.
+	AttemptProvider(ctx context.Context, id int64, provider string) error
 	// FoundAtProvider records waiting reminders delivered: the provider
 	// holds an earlier attempt's message.
 	FoundAtProvider(ctx context.Context, now time.Time, fs []store.Fenced, actor, reason string) (map[int64]bool, error)

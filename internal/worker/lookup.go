@@ -92,7 +92,7 @@ func (w *Worker) readUnknown(ctx context.Context, sending []*item) bool {
 		return false
 	}
 	for _, it := range sending {
-		it.earlier = earlierOf(unknown[it.row.ID])
+		it.earlier = store.Earlier(unknown[it.row.ID])
 	}
 	return true
 }
@@ -105,14 +105,6 @@ func (w *Worker) unknownAttempts(ctx context.Context, ids, except []int64) (unkn
 		return err
 	})
 	return unknown, err
-}
-
-func earlierOf(as []store.UnknownAttempt) []provider.Earlier {
-	out := make([]provider.Earlier, len(as))
-	for i, a := range as {
-		out[i] = provider.Earlier{AttemptID: a.AttemptID, ProviderID: a.ProviderID, Started: a.StartedAt}
-	}
-	return out
 }
 
 // lookup asks the provider about msg.Earlier, within one send timeout, and
@@ -148,7 +140,7 @@ func (w *Worker) settleUnknown(ctx context.Context, it *item, msg provider.Messa
 	if _, ok := w.looker(); !ok || !afterUnknown(v) {
 		return v, ""
 	}
-	msg.Earlier = append(msg.Earlier, provider.Earlier{AttemptID: it.att.AttemptID, Started: it.claimedAt})
+	msg.Earlier = append(msg.Earlier, provider.Earlier{AttemptID: it.att.AttemptID, Started: it.claimedAt, Provider: it.provider})
 	lv, id := w.lookup(ctx, msg)
 	switch lv.kind {
 	case kindDelivered:
@@ -157,14 +149,60 @@ func (w *Worker) settleUnknown(ctx context.Context, it *item, msg provider.Messa
 		lv.attempt = reminder.OutcomePermanent
 		return lv, ""
 	}
-	return v, ""
+	return settleLater(v, w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), ""
+}
+
+// unsent decides an attempt that sends nothing (v: the deadline came
+// within the margin, no capacity or send window is left). When v would end
+// the reminder expired while an earlier attempt's outcome is unknown, the
+// provider is asked first, as before a resend: found, the reminder is
+// delivered; not found, v stands (the earlier attempt ended a retry tier
+// ago or more: its request has long arrived or never will); no answer, it
+// is left retrying at its deadline to be asked again (settleLater).
+func (w *Worker) unsent(ctx context.Context, it *item, v verdict) {
+	if _, ok := w.looker(); !ok || v.kind != kindExpire || len(it.earlier) == 0 {
+		w.decided(it, v, "")
+		return
+	}
+	lv, id := w.lookup(ctx, w.message(it, it.earlier))
+	switch lv.kind {
+	case kindDelivered:
+		w.decided(it, lv, id)
+	case kindProceed:
+		w.decided(it, settleLater(v, w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), "")
+	default:
+		w.decided(it, v, "")
+	}
+}
+
+// settleLater is the verdict on a send of unknown outcome that would expire
+// its reminder (v) when the provider, asked at once, did not have its
+// message or could not answer. "Not yet" proves nothing: the request that
+// timed out may still be on its way in (a provider under load takes a
+// request its client has given up on). So the reminder does not expire
+// now: it is recorded retrying at its deadline (or a retry tier from now,
+// if later), when nothing can be claimed for it any more (no attempt starts
+// at or after the deadline), and the return of its retry message
+// (foundBeforeExpiry) or the reconciler's pass (settling at the deadline)
+// asks the provider again before it expires. Other verdicts stand.
+func settleLater(v verdict, now, deadline time.Time, firstTier time.Duration) verdict {
+	if v.kind != kindExpire {
+		return v
+	}
+	at := now.Add(firstTier)
+	if deadline.After(at) {
+		at = deadline
+	}
+	return verdict{kind: kindRetry, transition: reminder.CodeRetry, attempt: v.attempt, at: at, code: v.code, err: v.err,
+		reason: v.reason + "; the outcome is unknown: the provider is asked again after the deadline, before it expires"}
 }
 
 // foundBeforeExpiry asks the provider about the reminders whose deadline is
 // reached while an earlier attempt's outcome is unknown, records those it
 // holds as delivered (acked), and returns the others, still to expire. A
-// lookup that fails leaves its reminder to expire: the deadline has passed
-// and nothing more can be sent.
+// reminder the provider could not answer about is acked and left as it is:
+// nothing more can be sent past the deadline, and the reconciler asks the
+// provider again before it expires it (reconcile: settling at the deadline).
 func (w *Worker) foundBeforeExpiry(ctx context.Context, now time.Time, its []*item) []*item {
 	if _, ok := w.looker(); !ok {
 		return its
@@ -185,8 +223,13 @@ func (w *Worker) foundBeforeExpiry(ctx context.Context, now time.Time, its []*it
 	var rest, found []*item
 	for _, it := range its {
 		if as := unknown[it.row.ID]; len(as) > 0 {
-			if v, _ := w.lookup(ctx, w.message(it, earlierOf(as))); v.kind == kindDelivered {
+			switch v, _ := w.lookup(ctx, w.message(it, store.Earlier(as))); v.kind {
+			case kindDelivered:
 				found = append(found, it)
+				continue
+			case kindProceed:
+				w.with(w.log.Info(), it).Str("code", v.code).Msg("the provider could not be asked at the deadline; left to the reconciler")
+				it.settled = toAck
 				continue
 			}
 		}
@@ -218,6 +261,30 @@ func (w *Worker) message(it *item, earlier []provider.Earlier) provider.Message 
 	return provider.Message{
 		ReminderID: it.row.ID, IdempotencyKey: it.row.IdempotencyKey, Tenant: it.row.Tenant,
 		Recipient: it.row.Recipient, Template: it.row.Template, Data: it.row.Data, Deadline: it.row.Deadline,
-		Earlier: earlier,
+		Earlier: earlier, Provider: it.provider,
+	}
+}
+
+// providerName is the provider the sender's next send goes to, recorded on
+// the attempts a claim makes: "" for a sender that does not say.
+func (w *Worker) providerName() string {
+	if c, ok := w.sender.(provider.Chooser); ok {
+		return c.Current()
+	}
+	return ""
+}
+
+// route records that it's attempt goes to provider name, before its request
+// leaves (provider.Message.Route): failover chose another provider than the
+// one the claim recorded.
+func (w *Worker) route(ctx context.Context, it *item) func(name string) error {
+	return func(name string) error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
+		defer cancel()
+		if err := w.store.AttemptProvider(ctx, it.att.AttemptID, name); err != nil {
+			return err
+		}
+		it.provider = name
+		return nil
 	}
 }

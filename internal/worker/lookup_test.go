@@ -99,17 +99,39 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 	b.sender.errs[5] = provider.RetryableError("timeout", 0, context.DeadlineExceeded)
 	b.store.rows[6].Deadline = t0 // reached, and not at the provider: expired
 	b.store.rows[6].Attempts = 1
+	// 7 times out just before its deadline, and the provider does not have
+	// it yet: not expired on that, but left retrying at its deadline, to be
+	// asked about again then.
+	b.addRow(row(func(r *store.Delivery) { r.ID, r.State, r.Deadline = 7, reminder.Enqueued, at(500*time.Millisecond) }))
+	b.sender.errs[7] = provider.RetryableError("timeout", 0, context.DeadlineExceeded)
+	// 8 and 9 come back with their deadline within the margin: nothing may
+	// be sent, but an earlier attempt's outcome is unknown, so the provider
+	// is asked before either expires: 8 is there (delivered), 9 is not.
+	for _, id := range []int64{8, 9} {
+		b.addRow(row(func(r *store.Delivery) {
+			r.ID, r.State, r.Attempts, r.Deadline = id, reminder.Retrying, 1, at(50*time.Millisecond)
+		}))
+		b.store.unknown[id] = []store.UnknownAttempt{{ReminderID: id, AttemptID: 100 + id, StartedAt: at(-time.Minute)}}
+	}
+	ls.found[8] = "SM-8"
+	// 10's deadline is reached and the provider cannot be asked: it is not
+	// expired on a guess but left to the reconciler (which asks again), and
+	// its message is acked.
+	b.addRow(row(func(r *store.Delivery) { r.ID, r.State, r.Attempts, r.Deadline = 10, reminder.Retrying, 1, t0 }))
+	b.store.unknown[10] = []store.UnknownAttempt{{ReminderID: 10, AttemptID: 110, StartedAt: at(-time.Minute)}}
+	ls.fail[10] = http503
 
 	var ds []amqp.Delivery
-	for id := int64(1); id <= 6; id++ {
+	for id := int64(1); id <= 10; id++ {
 		ds = append(ds, b.delivery(t, uint64(id), id))
 	}
 	b.w.process(context.Background(), ds)
 
-	require.ElementsMatch(t, []int64{2, 5}, b.sender.calls,
+	require.ElementsMatch(t, []int64{2, 5, 7}, b.sender.calls,
 		"1 and 4 were found, 3 could not be checked, 6 expired: none of them sent again")
 	for id, want := range map[int64]reminder.State{1: reminder.Delivered, 2: reminder.Delivered, 3: reminder.Retrying,
-		4: reminder.Delivered, 5: reminder.Delivered, 6: reminder.Expired} {
+		4: reminder.Delivered, 5: reminder.Delivered, 6: reminder.Expired, 7: reminder.Retrying,
+		8: reminder.Delivered, 9: reminder.Expired, 10: reminder.Retrying} {
 		require.Equal(t, want, b.store.state(id), "reminder %d", id)
 	}
 	codes := map[int64]reminder.Code{}
@@ -119,19 +141,26 @@ func TestUnknownOutcomesAreLookedUpBeforeAnyResend(t *testing.T) {
 		codes[o.ReminderID], results[o.ReminderID], ids[o.ReminderID] = o.Code, o.Attempt, o.ProviderID
 	}
 	require.Equal(t, map[int64]reminder.Code{1: reminder.CodeFoundAtProvider, 2: reminder.CodeDelivered,
-		3: reminder.CodeRetry, 5: reminder.CodeFoundAtProvider}, codes)
+		3: reminder.CodeRetry, 5: reminder.CodeFoundAtProvider, 7: reminder.CodeRetry, 8: reminder.CodeFoundAtProvider,
+		9: reminder.CodeDeadlineBeforeSend}, codes)
 	require.Equal(t, reminder.OutcomeNotSent, results[3])
-	require.Equal(t, map[int64]string{1: "SM-1", 2: "p-1", 3: "", 5: "SM-5"}, ids)
+	require.Equal(t, reminder.OutcomeUnknown, results[7])
+	require.Equal(t, map[int64]string{1: "SM-1", 2: "p-1", 3: "", 5: "SM-5", 7: "p-1", 8: "SM-8", 9: ""}, ids) // the scripted sender names an id even with its error
+	for _, o := range b.store.outcomes {
+		if o.ReminderID == 7 {
+			require.False(t, o.NextAttemptAt.Before(b.store.rows[7].Deadline), "retrying at or after its deadline: never claimed again")
+		}
+	}
 
 	byReminder := map[int64]provider.Message{}
 	for _, m := range ls.lookups {
 		byReminder[m.ReminderID] = m
 	}
-	require.Len(t, byReminder, 6)
+	require.Len(t, byReminder, 10)
 	require.Equal(t, []provider.Earlier{{AttemptID: 101, Started: at(-time.Minute)}}, byReminder[1].Earlier)
 	require.Len(t, byReminder[5].Earlier, 1, "the attempt that timed out")
 	require.Equal(t, t0, byReminder[5].Earlier[0].Started)
-	for _, tag := range []uint64{1, 2, 3, 4, 5, 6} {
+	for _, tag := range []uint64{1, 2, 3, 4, 5, 6, 10} { // 7's retry message is published to its tier
 		require.Equal(t, "ack", b.acks.settled[tag], "delivery %d", tag)
 	}
 }

@@ -118,11 +118,11 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		}
 	}()
 	if !it.sendAt.IsZero() && !w.awaitSlot(ctx, it) {
-		w.decided(it, onSlotMissed(w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]), "")
+		w.unsent(ctx, it, onSlotMissed(w.clock.Now(), it.row.Deadline, w.topo.RetryTiers[0]))
 		return
 	}
 	if v := w.mayStart(it); v.kind != kindSend {
-		w.decided(it, v, "")
+		w.unsent(ctx, it, v)
 		return
 	}
 	// An earlier attempt whose outcome is unknown is looked up at the
@@ -153,11 +153,11 @@ func (w *Worker) send(ctx context.Context, it *item) {
 		return nil
 	}
 	started := w.clock.Now()
-	msg.Gate = gate
+	msg.Gate, msg.Route = gate, w.route(ctx, it)
 	id, err := w.sender.Send(sctx, msg)
 	now := w.clock.Now()
 	if v := it.refused.Load(); v != nil && err != nil {
-		w.decided(it, *v, "") // nothing left for the provider
+		w.unsent(ctx, it, *v) // nothing left for the provider
 		return
 	}
 	if o := it.opened.Load(); o != 0 {
@@ -225,7 +225,7 @@ func (w *Worker) awaitSlot(ctx context.Context, it *item) bool {
 			giveUp = now.Add(w.maxSlotWait())
 		}
 		for {
-			g, err := w.fleet.Acquire(ctx, now, ch, it.row.Tenant, 1, 0)
+			g, err := w.fleet.Reserve(ctx, now, w.flow(it), 1, 0)
 			if err == nil && g.Unlimited {
 				return true // the limits were reloaded without this channel
 			}

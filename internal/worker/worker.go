@@ -194,7 +194,7 @@ type Deps struct {
 // channel at now (the last fresh of them new, the others waited before), and
 // says when the rest can expect their turns.
 type Limiter interface {
-	Acquire(ctx context.Context, now time.Time, channel, tenant string, want, fresh int) (ratelimit.Grant, error)
+	Reserve(ctx context.Context, now time.Time, f ratelimit.Flow, want, fresh int) (ratelimit.Grant, error)
 }
 
 // New returns a worker; Run starts it.

@@ -65,6 +65,10 @@ const (
 	// found at the provider (a lookup), so the reminder is delivered
 	// without another send.
 	CodeFoundAtProvider Code = "found_at_provider"
+	// CodeSettledByLookup: at or past the deadline, the reconciler asked
+	// the provider about an attempt whose outcome was unknown, and the
+	// provider holds its message: delivered, settled by lookup.
+	CodeSettledByLookup Code = "settled_by_lookup"
 
 	// CodeWindowClosed: the send window was closed when the reminder was
 	// due (dispatcher: it stays pending, due at the next opening) or about to
@@ -202,6 +206,8 @@ var Transitions = slices.Concat(
 	},
 	each(claimable, Transition{To: Delivered, Actor: Worker, Code: CodeFoundAtProvider, Statement: "SettleQueued",
 		Doc: "the deadline is reached, and the provider has the message of an earlier attempt whose outcome was unknown (FoundAtProvider)"}),
+	each(append(slices.Clone(open), Sending), Transition{To: Delivered, Actor: Reconciler, Code: CodeSettledByLookup,
+		Statement: "SettledByLookup", Doc: "at or past the deadline with an attempt of unknown outcome, and its provider holds the message (sending only once its send lease expired)"}),
 	each(append(slices.Clone(open), Sending), Transition{To: Expired, Actor: Reconciler, Code: CodeDeadlinePassed,
 		Statement: "ExpireOverdue", Doc: "at or past the deadline (sending only once its send lease expired)"}),
 	each([]State{Leased, Enqueued}, Transition{To: Pending, Actor: Reconciler, Code: CodeDispatchLeaseExpired,
