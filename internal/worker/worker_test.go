@@ -247,9 +247,12 @@ func TestAttemptLimitEndsFailed(t *testing.T) {
 
 func TestNoRetryScheduledPastDeadline(t *testing.T) {
 	t.Parallel()
-	b := setup(t, worker.Config{BackoffBase: 2 * time.Second})
+	// The next attempt would come at least half an hour later (backoff from
+	// 2h, capped at 1h, halved by the jitter at worst): past a deadline a
+	// minute away, however slow the machine is to send the first attempt.
+	b := setup(t, worker.Config{BackoffBase: 2 * time.Hour})
 	require.NoError(t, b.sms.Enqueue("503"))
-	id := b.schedule(t, "k", 1500*time.Millisecond) // the next attempt (the 2s tier) would land past it
+	id := b.schedule(t, "k", time.Minute)
 	b.dispatch(t)
 	r := b.waitState(t, id, reminder.Expired)
 	require.Equal(t, "deadline would pass before the next attempt: http_503", r.Reason)
