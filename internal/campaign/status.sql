@@ -1,0 +1,21 @@
+-- What a campaign's status report reads (status.go): the campaign row, its
+-- last checkpoint, and its reminders by state. Each is bounded by the one
+-- campaign: the primary keys of campaigns and campaign_slices, and the
+-- campaign-keys index of reminders (schema 0026), never another tenant's
+-- reminders nor the tenant's other ones.
+
+-- name: Report
+SELECT c.id, c.tenant, c.name, c.source, c.channel, c.state, c.slice_size,
+       extract(epoch FROM c.lease)::float8, c.planned, c.bad, c.fence, c.unplanned, c.deadline,
+       c.created_at, c.updated_at, c.ended_at,
+       (SELECT s.at FROM campaign_slices s WHERE s.campaign_id = c.id ORDER BY s.slice DESC LIMIT 1)
+  FROM campaigns c
+ WHERE c.id = $1;
+
+-- name: Deliveries
+-- $2 and $3 bound the keys campaign:<id>: bytewise (':' + 1 is ';'); the
+-- LIKE repeats the index's predicate so that the index serves the range.
+SELECT state, count(*)
+  FROM reminders
+ WHERE tenant = $1 AND key LIKE 'campaign:%' AND key ~>=~ $2 AND key ~<~ $3
+ GROUP BY state;
