@@ -33,7 +33,8 @@ var componentKinds = map[string]string{
 // questions), and the metrics they may use that Nudge does not export.
 var (
 	alertMetrics = []string{"nudge_oldest_due_age_seconds", "nudge_deadline_misses_total", "nudge_dead_letter_messages",
-		"nudge_reconcile_lag_seconds", "nudge_dispatch_last_success_timestamp_seconds"}
+		"nudge_reconcile_lag_seconds", "nudge_dispatch_last_success_timestamp_seconds",
+		"nudge_campaign_oldest_runnable_seconds"}
 	// RunbookURL is where every alert's runbook_url points: its own section
 	// of docs/runbook.md, "#" and the alert's name in lower case.
 	RunbookURL      = "https://github.com/nudgehq/nudge/blob/main/docs/runbook.md"

@@ -12,6 +12,7 @@ import (
 	"github.com/nudgehq/nudge/internal/campaign"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
 )
 
@@ -69,7 +70,8 @@ func (o *Planner) Run(ctx context.Context, env Env) error {
 		return err
 	}
 	p := &campaign.Planner{Pool: pool, Keys: keys, Publisher: pub, Topology: topo, Clock: env.Clock,
-		Name: actor, Log: env.Log}
+		Name: actor, Log: env.Log, Metrics: metrics.NewPlanner(env.Registry)}
+	env.Registry.MustRegister(&metrics.PlanningCollector{DB: pool, Clock: env.Clock})
 	var consuming atomic.Bool
 	if err := probe.Serve(ctx, o.Listen, env.Registry, consuming.Load, env.Log); err != nil {
 		return err
