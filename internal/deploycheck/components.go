@@ -96,7 +96,7 @@ func checkComponent(dir string, base *baseInfo) []error {
 	deployments, services, triggerAuths := byKind("Deployment"), byKind("Service"), byKind("TriggerAuthentication")
 	workerOf := map[string]workload{} // Deployment name → its worker container
 	for _, w := range base.workloads {
-		if str(w.m.doc, "kind") == "Deployment" && strings.HasSuffix(w.r.bin, "-worker") {
+		if str(w.m.doc, "kind") == "Deployment" && (strings.HasSuffix(w.r.bin, "-worker") || w.r.bin == "planner") {
 			workerOf[str(w.m.doc, "metadata", "name")] = w
 		}
 	}
@@ -131,6 +131,9 @@ func checkComponent(dir string, base *baseInfo) []error {
 			}
 			topo := broker.Topology{Prefix: w.r.values["queue-prefix"]}.WithDefaults()
 			channel := strings.TrimSuffix(w.r.bin, "-worker")
+			if w.r.bin == "planner" { // it consumes the planning queue
+				topo, channel = topo.Planning(), broker.PlanChannel
+			}
 			if !slices.Contains(topo.Channels, channel) {
 				fail(m.where(), "%s consumes channel %q, which the topology does not have", w.r.bin, channel)
 				continue
