@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/campaign"
@@ -81,6 +83,19 @@ func TestCampaignStatusOfAPlannedCampaign(t *testing.T) {
 	require.EqualValues(t, 3, deliveries["canceled"])
 	require.EqualValues(t, 0, deliveries["delivered"])
 
+	// The web tier's function: the same figures, for its own tenants only.
+	web := intakeLogin(t, db, "acme")
+	var (
+		state, byState       string
+		planned, bad, slices int64
+	)
+	require.NoError(t, web.QueryRow(ctx, `SELECT state, planned, bad, slices, deliveries::text FROM nudge_campaign_status('acme', $1)`, id).
+		Scan(&state, &planned, &bad, &slices, &byState))
+	require.Equal(t, []any{"planning", int64(398), int64(2), int64(2)}, []any{state, planned, bad, slices})
+	require.JSONEq(t, `{"pending": 395, "canceled": 3}`, byState)
+	_, err := web.Exec(ctx, `SELECT * FROM nudge_campaign_status('globex', $1)`, id)
+	require.ErrorContains(t, err, "may not act for tenant 'globex'")
+
 	text := runStatus(t, db.URL, fmt.Sprint(id))
 	require.NotContains(t, text, "[", "no progress bar when stdout is not a terminal")
 	require.Contains(t, text, "planned: 398\n")
@@ -104,7 +119,30 @@ func TestCampaignStatusOfAPlannedCampaign(t *testing.T) {
 	require.EqualValues(t, 1, got["late_slices"])
 	require.EqualValues(t, 0, got["remaining"])
 	require.Nil(t, got["checkpoint_lag_seconds"], "no lag once the campaign ended")
+	var unplanned, lateSlices int64
+	require.NoError(t, web.QueryRow(ctx, `SELECT state, unplanned, late_slices FROM nudge_campaign_status('acme', $1)`, id).
+		Scan(&state, &unplanned, &lateSlices))
+	require.Equal(t, []any{"late", int64(50), int64(1)}, []any{state, unplanned, lateSlices})
 	text = runStatus(t, db.URL, fmt.Sprint(id))
 	require.Contains(t, text, "\n[###################################.....]  88.9% 400/450 rows\n", "the bar shows what was left")
 	require.Contains(t, text, "late slices: 1 (unplanned rows: 50)\n")
+}
+
+// intakeLogin is a login of nudge_intake allowed tenant only, for this test.
+func intakeLogin(t *testing.T, db *testenv.DB, tenant string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	name := "web_" + testenv.RandomID()
+	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+name+` LOGIN IN ROLE nudge_intake`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+name+`; DROP ROLE `+name) })
+	_, err = db.Pool.Exec(ctx, `INSERT INTO nudge_intake_tenants (grantee, tenant) VALUES ($1, $2)`, name, tenant)
+	require.NoError(t, err)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.User(name)
+	pool, err := pgxpool.New(ctx, u.String())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -21,3 +21,39 @@ CREATE INDEX IF NOT EXISTS reminders_campaign_keys ON reminders (tenant, key tex
 -- command, checkpoint lag) read these at scrape time, however many campaigns
 -- have ended.
 CREATE INDEX campaigns_runnable ON campaigns (updated_at) WHERE state = 'planning';
+
+-- A campaign's status for the web tier (as `nudgectl campaign status`, less
+-- what needs the audience source): its state and counts, the slices done and
+-- when the last one committed, what a late campaign left unplanned and in how
+-- many slices, and its reminders by state (over reminders_campaign_keys: its
+-- own rows only). Tenant-checked like the other campaign functions; another
+-- tenant's campaign, or none, raises no_data_found.
+CREATE FUNCTION nudge_campaign_status(p_tenant text, p_id bigint)
+RETURNS TABLE (state text, planned bigint, bad bigint, slices bigint, last_checkpoint timestamptz,
+               unplanned bigint, late_slices bigint, deadline timestamptz, deliveries jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+BEGIN
+    PERFORM nudge_check_tenant(p_tenant);
+    RETURN QUERY
+    SELECT c.state, c.planned, c.bad, c.fence,
+           (SELECT s.at FROM campaign_slices s WHERE s.campaign_id = c.id ORDER BY s.slice DESC LIMIT 1),
+           c.unplanned,
+           CASE WHEN c.state = 'late' THEN (coalesce(c.unplanned, 0) + c.slice_size - 1) / c.slice_size ELSE 0 END::bigint,
+           c.deadline,
+           (SELECT coalesce(jsonb_object_agg(d.state, d.n), '{}'::jsonb)
+              FROM (SELECT r.state, count(*) AS n FROM reminders r
+                     WHERE r.tenant = c.tenant AND r.key LIKE 'campaign:%'
+                       AND r.key ~>=~ ('campaign:' || c.id || ':') AND r.key ~<~ ('campaign:' || c.id || ';')
+                     GROUP BY r.state) d)
+      FROM campaigns c
+     WHERE c.id = p_id AND c.tenant = p_tenant;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'nudge: tenant % has no campaign %', quote_literal(p_tenant), p_id USING ERRCODE = 'P0002';
+    END IF;
+END $$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION nudge_campaign_status(text, bigint) SET search_path = %I, pg_temp', current_schema());
+END $$;
+REVOKE ALL ON FUNCTION nudge_campaign_status(text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION nudge_campaign_status(text, bigint) TO nudge_intake, nudge_operator;
