@@ -36,11 +36,14 @@ type Report struct {
 	Planned int64 `json:"planned"`
 	BadRows int64 `json:"bad_rows"`
 	// Remaining counts the audience rows after the cursor, read from the
-	// source now (nil when the reader may not read the source:
-	// RemainingError says why). 0 once the campaign ended; a late
-	// campaign's remainder is Unplanned.
-	Remaining      *int64 `json:"remaining"`
-	RemainingError string `json:"remaining_error,omitempty"`
+	// source now. A reader the source is not granted to gets an estimate
+	// instead (RemainingEstimated): the source's row count as PostgreSQL
+	// last estimated it, less the rows read; nil when there is none (a
+	// view), with RemainingError saying why it could not be counted. 0
+	// once the campaign ended; a late campaign's remainder is Unplanned.
+	Remaining          *int64 `json:"remaining"`
+	RemainingEstimated bool   `json:"remaining_estimated"`
+	RemainingError     string `json:"remaining_error,omitempty"`
 	// SlicesDone counts the slices committed (checkpoints).
 	SlicesDone int64 `json:"slices_done"`
 	// LastCheckpoint is when the last slice committed (nil: none yet).
@@ -138,10 +141,16 @@ func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Repo
 	if _, err := pgx.ForEachRow(rows, []any{&st, &n}, func() error { r.Deliveries[st] = n; return nil }); err != nil {
 		return Report{}, fmt.Errorf("counting the reminders of campaign %d: %w", id, err)
 	}
-	if n, err := Remaining(ctx, q, id); err != nil {
-		r.RemainingError = err.Error()
-	} else {
-		r.Remaining = &n
+	left, err := Remaining(ctx, q, id)
+	if err == nil {
+		r.Remaining = &left
+		return r, nil
 	}
+	r.RemainingError = err.Error()
+	var est *int64
+	if err := q.QueryRow(ctx, statusQueries.Get("RemainingEstimate"), id).Scan(&est); err != nil {
+		return Report{}, fmt.Errorf("estimating what campaign %d has left: %w", id, err)
+	}
+	r.Remaining, r.RemainingEstimated = est, est != nil
 	return r, nil
 }

@@ -19,3 +19,14 @@ SELECT state, count(*)
   FROM reminders
  WHERE tenant = $1 AND key LIKE 'campaign:%' AND key ~>=~ $2 AND key ~<~ $3
  GROUP BY state;
+
+-- name: RemainingEstimate
+-- The remainder without reading the source: its row count as PostgreSQL
+-- last estimated it (VACUUM, ANALYZE; NULL for a view, or before either)
+-- less the rows read. For readers not granted the source (operators).
+SELECT CASE WHEN cl.relkind IN ('r', 'm') AND cl.reltuples >= 0
+            THEN greatest(cl.reltuples::bigint - c.planned - c.bad, 0) END
+  FROM campaigns c
+  JOIN campaign_sources s ON s.name = c.source
+  JOIN pg_catalog.pg_class cl ON cl.oid = s.relation
+ WHERE c.id = $1;

@@ -71,9 +71,12 @@ func writeReport(w io.Writer, r campaign.Report, bar bool) {
 	}
 	fmt.Fprintf(w, "planned: %d\n", r.Planned)
 	fmt.Fprintf(w, "bad rows: %d\n", r.BadRows)
-	if r.Remaining != nil {
+	switch {
+	case r.Remaining != nil && r.RemainingEstimated:
+		fmt.Fprintf(w, "remaining: ~%d (estimated from the source's row count: %s)\n", *r.Remaining, r.RemainingError)
+	case r.Remaining != nil:
 		fmt.Fprintf(w, "remaining: %d\n", *r.Remaining)
-	} else {
+	default:
 		fmt.Fprintf(w, "remaining: unknown (%s)\n", r.RemainingError)
 	}
 	fmt.Fprintf(w, "slices done: %d (slice size %d, lease %s)\n", r.SlicesDone, r.SliceSize,

@@ -84,7 +84,7 @@ func TestCampaignStatusOfAPlannedCampaign(t *testing.T) {
 	require.EqualValues(t, 0, deliveries["delivered"])
 
 	// The web tier's function: the same figures, for its own tenants only.
-	web := intakeLogin(t, db, "acme")
+	web, _ := login(t, db, "nudge_intake", "acme")
 	var (
 		state, byState       string
 		planned, bad, slices int64
@@ -95,6 +95,24 @@ func TestCampaignStatusOfAPlannedCampaign(t *testing.T) {
 	require.JSONEq(t, `{"pending": 395, "canceled": 3}`, byState)
 	_, err := web.Exec(ctx, `SELECT * FROM nudge_campaign_status('globex', $1)`, id)
 	require.ErrorContains(t, err, "may not act for tenant 'globex'")
+	_, err = web.Exec(ctx, `SELECT * FROM nudge_campaign_status('acme', $1)`, id+1)
+	require.ErrorContains(t, err, "has no campaign")
+
+	// An operator not granted the audience: the remainder estimated from
+	// the source's row count once PostgreSQL has one, unknown before.
+	_, operator := login(t, db, "nudge_operator", "")
+	var asOperator map[string]any
+	require.NoError(t, json.Unmarshal([]byte(runStatus(t, operator, fmt.Sprint(id), "--json")), &asOperator))
+	require.Nil(t, asOperator["remaining"])
+	require.Equal(t, false, asOperator["remaining_estimated"])
+	require.Contains(t, asOperator["remaining_error"], "permission denied")
+	require.EqualValues(t, 398, asOperator["planned"])
+	_, err = db.Pool.Exec(ctx, `ANALYZE audience_renewals`)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(runStatus(t, operator, fmt.Sprint(id), "--json")), &asOperator))
+	require.EqualValues(t, 50, asOperator["remaining"])
+	require.Equal(t, true, asOperator["remaining_estimated"])
+	require.Contains(t, runStatus(t, operator, fmt.Sprint(id)), "remaining: ~50 (estimated from the source's row count: ")
 
 	text := runStatus(t, db.URL, fmt.Sprint(id))
 	require.NotContains(t, text, "[", "no progress bar when stdout is not a terminal")
@@ -128,21 +146,24 @@ func TestCampaignStatusOfAPlannedCampaign(t *testing.T) {
 	require.Contains(t, text, "late slices: 1 (unplanned rows: 50)\n")
 }
 
-// intakeLogin is a login of nudge_intake allowed tenant only, for this test.
-func intakeLogin(t *testing.T, db *testenv.DB, tenant string) *pgxpool.Pool {
+// login is a login of group for this test, and its URL; an intake login is
+// allowed tenant only.
+func login(t *testing.T, db *testenv.DB, group, tenant string) (*pgxpool.Pool, string) {
 	t.Helper()
 	ctx := context.Background()
-	name := "web_" + testenv.RandomID()
-	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+name+` LOGIN IN ROLE nudge_intake`)
+	name := "login_" + testenv.RandomID()
+	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+name+` LOGIN IN ROLE `+group)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+name+`; DROP ROLE `+name) })
-	_, err = db.Pool.Exec(ctx, `INSERT INTO nudge_intake_tenants (grantee, tenant) VALUES ($1, $2)`, name, tenant)
-	require.NoError(t, err)
+	if group == "nudge_intake" {
+		_, err = db.Pool.Exec(ctx, `INSERT INTO nudge_intake_tenants (grantee, tenant) VALUES ($1, $2)`, name, tenant)
+		require.NoError(t, err)
+	}
 	u, err := url.Parse(db.URL)
 	require.NoError(t, err)
 	u.User = url.User(name)
 	pool, err := pgxpool.New(ctx, u.String())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return pool
+	return pool, u.String()
 }
