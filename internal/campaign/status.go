@@ -22,13 +22,15 @@ var statusQueries = sqlfile.Parse("status.sql", statusSQL)
 // Report is a campaign's progress as operators read it (`nudgectl campaign
 // status`, the console). Its JSON field names are stable (docs/operations.md).
 type Report struct {
-	ID        int64  `json:"id"`
-	Tenant    string `json:"tenant"`
-	Name      string `json:"name"`
-	Source    string `json:"source"`
-	Channel   string `json:"channel"`
-	State     State  `json:"state"`
-	SliceSize int    `json:"slice_size"`
+	ID      int64  `json:"id"`
+	Tenant  string `json:"tenant"`
+	Name    string `json:"name"`
+	Source  string `json:"source"`
+	Channel string `json:"channel"`
+	State   State  `json:"state"`
+	// SliceSize is the campaign's own slice size (nil: the planner's
+	// configured size, schema 25).
+	SliceSize *int `json:"slice_size"`
 	// LeaseSeconds is how long one slice may hold the campaign.
 	LeaseSeconds float64 `json:"lease_seconds"`
 	// Planned counts the reminders planned, BadRows the audience rows that
@@ -101,11 +103,12 @@ func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Repo
 	var (
 		r              Report
 		fence          int64
+		sliceSize      int
 		updatedAt      time.Time
 		lastCheckpoint *time.Time
 	)
 	err := q.QueryRow(ctx, statusQueries.Get("Report"), id).Scan(&r.ID, &r.Tenant, &r.Name, &r.Source, &r.Channel,
-		&r.State, &r.SliceSize, &r.LeaseSeconds, &r.Planned, &r.BadRows, &fence, &r.Unplanned, &r.Deadline,
+		&r.State, &r.SliceSize, &sliceSize, &r.LeaseSeconds, &r.Planned, &r.BadRows, &fence, &r.Unplanned, &r.Deadline,
 		&r.CreatedAt, &updatedAt, &r.EndedAt, &lastCheckpoint)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotFound
@@ -123,7 +126,7 @@ func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Repo
 		r.CheckpointLagSeconds = &lag
 	}
 	if r.State == Late && r.Unplanned != nil {
-		r.LateSlices = LateSlices(*r.Unplanned, r.SliceSize)
+		r.LateSlices = LateSlices(*r.Unplanned, sliceSize)
 	}
 	r.Deliveries = make(map[reminder.State]int64, len(reminder.States))
 	for _, st := range reminder.States {

@@ -5,7 +5,11 @@
 -- reminders nor the tenant's other ones.
 
 -- name: Report
+-- The slice size is the campaign's own (NULL from schema 25 on: the
+-- planner's configured size); the late slices are counted in its own, or
+-- else in its largest slice so far, or else the default 200.
 SELECT c.id, c.tenant, c.name, c.source, c.channel, c.state, c.slice_size,
+       coalesce(c.slice_size, (SELECT max(s.rows_read) FROM campaign_slices s WHERE s.campaign_id = c.id), 200),
        extract(epoch FROM c.lease)::float8, c.planned, c.bad, c.fence, c.unplanned, c.deadline,
        c.created_at, c.updated_at, c.ended_at,
        (SELECT s.at FROM campaign_slices s WHERE s.campaign_id = c.id ORDER BY s.slice DESC LIMIT 1)

@@ -79,7 +79,11 @@ func writeReport(w io.Writer, r campaign.Report, bar bool) {
 	default:
 		fmt.Fprintf(w, "remaining: unknown (%s)\n", r.RemainingError)
 	}
-	fmt.Fprintf(w, "slices done: %d (slice size %d, lease %s)\n", r.SlicesDone, r.SliceSize,
+	size := "the planner's"
+	if r.SliceSize != nil {
+		size = fmt.Sprint(*r.SliceSize)
+	}
+	fmt.Fprintf(w, "slices done: %d (slice size %s, lease %s)\n", r.SlicesDone, size,
 		time.Duration(r.LeaseSeconds*float64(time.Second)))
 	lag := "-"
 	if r.CheckpointLagSeconds != nil {

@@ -38,7 +38,11 @@ BEGIN
     SELECT c.state, c.planned, c.bad, c.fence,
            (SELECT s.at FROM campaign_slices s WHERE s.campaign_id = c.id ORDER BY s.slice DESC LIMIT 1),
            c.unplanned,
-           CASE WHEN c.state = 'late' THEN (coalesce(c.unplanned, 0) + c.slice_size - 1) / c.slice_size ELSE 0 END::bigint,
+           -- In the campaign's slice size (NULL from schema 25 on: the
+           -- planner's; then its largest slice so far, or 200).
+           (SELECT CASE WHEN c.state = 'late' THEN (coalesce(c.unplanned, 0) + z.size - 1) / z.size ELSE 0 END
+              FROM (SELECT coalesce(c.slice_size, (SELECT max(s.rows_read) FROM campaign_slices s
+                                                    WHERE s.campaign_id = c.id), 200) AS size) z)::bigint,
            c.deadline,
            (SELECT coalesce(jsonb_object_agg(d.state, d.n), '{}'::jsonb)
               FROM (SELECT r.state, count(*) AS n FROM reminders r
