@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,10 @@ type Planner struct {
 	Listen string
 	// Retry is the wait before consuming again after a lost connection.
 	Retry time.Duration
+	// NudgeEvery, when set, makes a consuming planner nudge too, at start
+	// and then every NudgeEvery: where no CronJob does (docker compose, one
+	// host). Several planners nudging only add duplicates the fence drops.
+	NudgeEvery time.Duration
 }
 
 // RegisterFlags adds the planner's flags to fs.
@@ -37,11 +42,19 @@ func (o *Planner) RegisterFlags(fs *pflag.FlagSet) {
 		"publish one planning command per campaign still planning and exit (the planner's CronJob)")
 	fs.StringVar(&o.Listen, "listen", DefaultListen, "address for /healthz, /readyz and /metrics (empty: none)")
 	fs.DurationVar(&o.Retry, "reconnect-after", 2*time.Second, "wait before consuming again after the broker connection is lost")
+	fs.DurationVar(&o.NudgeEvery, "nudge-every", 0,
+		"while consuming, also publish one planning command per campaign still planning at start and every this long, where no CronJob does (docker compose; 0: never)")
 }
 
 // Run checks the planning queue exists, then nudges once (Nudge) or
 // consumes planning commands until ctx ends.
 func (o *Planner) Run(ctx context.Context, env Env) error {
+	if o.Nudge && o.NudgeEvery != 0 {
+		return fmt.Errorf("--nudge-every is for a consuming planner; --nudge publishes once and exits")
+	}
+	if o.NudgeEvery < 0 {
+		return fmt.Errorf("--nudge-every %s: want a positive duration, or 0 for never", o.NudgeEvery)
+	}
 	keys, err := o.Common.Keys()
 	if err != nil {
 		return err
@@ -75,6 +88,23 @@ func (o *Planner) Run(ctx context.Context, env Env) error {
 	var consuming atomic.Bool
 	if err := probe.Serve(ctx, o.Listen, env.Registry, consuming.Load, env.Log); err != nil {
 		return err
+	}
+	if o.NudgeEvery > 0 {
+		var wg sync.WaitGroup
+		defer wg.Wait() // before the pool and the publisher close
+		wg.Go(func() {
+			for {
+				n, err := campaign.Nudge(ctx, pool, pub, topo, keys, env.Clock.Now())
+				if err != nil && ctx.Err() == nil {
+					env.Log.Warn().Err(err).Msg("nudging campaigns")
+				} else if n > 0 {
+					env.Log.Debug().Int("campaigns", n).Msg("planning commands published")
+				}
+				if clock.Sleep(ctx, env.Clock, o.NudgeEvery) != nil {
+					return
+				}
+			}
+		})
 	}
 	for {
 		consuming.Store(true)
