@@ -91,7 +91,7 @@ demo: services build
 
 ## bench: the performance issue's figures (bench/, a module of its own): Nudge end to end
 ## vs River vs the raw broker, latency per hop at half load, the claim with 10k to 10M
-## rows, the real worker's and dispatcher's memory; writes docs/benchmarks.md and its
+## rows, the real worker's and dispatcher's memory, a campaign's planning rate; writes docs/benchmarks.md and its
 ## chart in under 15 minutes on 2 cores. BENCH_N sizes the headline comparison
 ## (2 workers), BENCH_N_OTHER everything else.
 BENCH_N ?= 100000

@@ -115,7 +115,7 @@ func checkRendered(overlay string, objs []any) []error {
 	}
 	if overlay == "example" {
 		for _, kind := range []string{"ScaledObject", "ServiceMonitor", "PrometheusRule", "Deployment"} {
-			want := map[string]int{"ScaledObject": 3, "ServiceMonitor": 4, "PrometheusRule": 1, "Deployment": 4}[kind]
+			want := map[string]int{"ScaledObject": 4, "ServiceMonitor": 5, "PrometheusRule": 1, "Deployment": 5}[kind]
 			if count[kind] != want {
 				errs = append(errs, fmt.Errorf("the example overlay renders %d %s, want %d", count[kind], kind, want))
 			}

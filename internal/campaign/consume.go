@@ -60,7 +60,9 @@ func (p *Planner) Consume(ctx context.Context, amqpURL string) error {
 }
 
 func (p *Planner) settle(ctx context.Context, d amqp.Delivery) error {
+	start := p.Clock.Now()
 	dec, err := p.Handle(ctx, d.Body, d.Headers)
+	p.observe(dec, err, p.Clock.Now().Sub(start))
 	switch {
 	case err == nil:
 		return ack(d.Ack(false))

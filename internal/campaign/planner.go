@@ -17,6 +17,7 @@ import (
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/localtime"
@@ -64,6 +65,8 @@ type Planner struct {
 	// StopBy, when set, is when the planner must have stopped (a SIGTERM's
 	// grace period): no slice starts that its lease could carry past it.
 	StopBy func() time.Time
+	// Metrics records each command's outcome (nil: none; observe.go).
+	Metrics *metrics.Planner
 	// SliceSize is the slice of campaigns that set none (zero: DefaultSliceSize).
 	SliceSize int
 }
@@ -244,6 +247,7 @@ func (p *Planner) continueAt(ctx context.Context, c campaignRow, fence int64) er
 		Command{ID: c.id, Fence: fence, Tenant: c.tenant, Deadline: c.deadline}); err != nil {
 		return err
 	}
+	p.Metrics.LeaseExtended()
 	if _, err := p.Pool.Exec(ctx, query("Continued"), c.id, fence); err != nil {
 		return fmt.Errorf("recording the continuation of campaign %d: %w", c.id, err)
 	}

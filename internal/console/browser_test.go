@@ -146,27 +146,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "an action without the CSRF token is refused")
 
 	// The browser.
-	// DefaultExecAllocatorOptions: headless, no first run, no background
-	// networking, no sync; and Debian's flags for a container.
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
-	defer cancelTimeout()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		require.NoError(t, chromedp.Do(bctx, steps...), what)
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID(sel)))
-		require.NoError(t, err, "reading #%s", sel)
-		return s
-	}
+	bctx, do, text := newBrowser(t, ctx, exe)
 	do("sign in and load the overview",
 		chromedp.Navigate(web.URL+"/"),
 		chromedp.WaitVisible(chromedp.ID("login")),
@@ -219,6 +199,34 @@ func TestConsoleInABrowser(t *testing.T) {
 		depths, err := ops.DLQDepths(mq.URL, mq.Topology)
 		return err == nil && depths["sms"] == 0
 	}, 10*time.Second, 100*time.Millisecond, "the dead letter was acknowledged")
+}
+
+// newBrowser starts headless Chromium for the test, and returns its
+// context, a runner of steps and a reader of an element's text by ID.
+func newBrowser(t *testing.T, ctx context.Context, exe string) (context.Context, func(string, ...chromedp.Action[chromedp.Void]), func(string) string) {
+	t.Helper()
+	// DefaultExecAllocatorOptions: headless, no first run, no background
+	// networking, no sync; and Debian's flags for a container.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(bctx, steps...), what)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID(sel)))
+		require.NoError(t, err, "reading #%s", sel)
+		return s
+	}
+	return bctx, do, text
 }
 
 // screenshot writes the page to docs/NAME when NUDGE_UPDATE_SCREENSHOTS=1.

@@ -3,7 +3,8 @@
 // hour of per-minute charts, reminders searchable by ID, key, tenant, state,
 // channel and time with their whole timeline and attempts, the dead-letter
 // queues with reasons and deadlines, and the operator's decisions (cancel,
-// replay, expire, on one reminder, a search's selection or a dead letter).
+// replay, expire, on one reminder, a search's selection or a dead letter),
+// and the campaigns' progress (read-only, as nudgectl campaign status).
 //
 // It is a thin face on internal/ops, so the console and nudgectl cannot
 // disagree: every figure comes from the functions nudgectl prints, and every
@@ -119,6 +120,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("GET /reminders", s.authed(s.reminders))
 	s.mux.HandleFunc("GET /reminders/{id}", s.authed(s.reminder))
 	s.mux.HandleFunc("GET /dead-letters", s.authed(s.deadLetters))
+	s.mux.HandleFunc("GET /campaigns", s.authed(s.campaigns))
+	s.mux.HandleFunc("GET /campaigns/{id}", s.authed(s.campaign))
 	s.mux.HandleFunc("GET /confirm", s.authed(s.confirm))
 	s.mux.HandleFunc("POST /act", s.authed(s.act))
 	return s, nil
@@ -206,7 +209,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err er
 
 func parseTemplates() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "reminders", "reminder", "dead-letters", "confirm", "done", "error", "login"} {
+	for _, name := range []string{"overview", "reminders", "reminder", "dead-letters", "campaigns", "campaign", "confirm", "done", "error", "login"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parsing the %s template: %w", name, err)

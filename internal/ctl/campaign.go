@@ -27,36 +27,6 @@ func campaignCmd(connect connector) *cobra.Command {
 	return cmd
 }
 
-func campaignStatusCmd(connect connector) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status ID",
-		Short: "Show a campaign's progress: planned, bad rows, slices, checkpoint lag, and what remains to plan",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := campaignID(args[0])
-			if err != nil {
-				return err
-			}
-			ctx, pool, done, err := connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			s, err := campaign.Get(ctx, pool, id)
-			if err != nil {
-				return err
-			}
-			writeCampaigns(cmd.OutOrStdout(), time.Now(), s)
-			if n, err := campaign.Remaining(ctx, pool, id); err != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "remaining: unknown (%v)\n", err)
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "remaining: %d\n", n)
-			}
-			return nil
-		},
-	}
-}
-
 func campaignListCmd(connect connector) *cobra.Command {
 	var (
 		tenant string

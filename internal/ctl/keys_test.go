@@ -32,11 +32,19 @@ func TestKeysDerive(t *testing.T) {
 	require.True(t, smsOnly.CanSeal("sms"))
 	require.False(t, smsOnly.CanSeal("email"))
 
+	// The planner's keys: planning commands only, no channel's work.
+	res = runCtl(t, "", nil, "keys", "derive", "--channel", "plan")
+	require.NoError(t, res.err, res.stderr)
+	planOnly, err := message.ParseKeys(strings.TrimSpace(res.stdout))
+	require.NoError(t, err)
+	require.True(t, planOnly.CanSeal("plan"))
+	require.False(t, planOnly.CanSeal("email"))
+
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--channel", "fax"}, `--channel "fax": want email, sms or webhook`},
+		{[]string{"--channel", "fax"}, `--channel "fax": want email, sms, webhook or plan`},
 		{[]string{"--channel", "sms", "--signing-keys", "k1:short"}, "at least 16 bytes"},
 		{[]string{"--channel", "sms", "--signing-keys", want}, "channel keys only"},
 	} {

@@ -33,7 +33,8 @@ var componentKinds = map[string]string{
 // questions), and the metrics they may use that Nudge does not export.
 var (
 	alertMetrics = []string{"nudge_oldest_due_age_seconds", "nudge_deadline_misses_total", "nudge_dead_letter_messages",
-		"nudge_reconcile_lag_seconds", "nudge_dispatch_last_success_timestamp_seconds"}
+		"nudge_reconcile_lag_seconds", "nudge_dispatch_last_success_timestamp_seconds",
+		"nudge_campaign_oldest_runnable_seconds"}
 	// RunbookURL is where every alert's runbook_url points: its own section
 	// of docs/runbook.md, "#" and the alert's name in lower case.
 	RunbookURL      = "https://github.com/nudgehq/nudge/blob/main/docs/runbook.md"
@@ -95,7 +96,7 @@ func checkComponent(dir string, base *baseInfo) []error {
 	deployments, services, triggerAuths := byKind("Deployment"), byKind("Service"), byKind("TriggerAuthentication")
 	workerOf := map[string]workload{} // Deployment name → its worker container
 	for _, w := range base.workloads {
-		if str(w.m.doc, "kind") == "Deployment" && strings.HasSuffix(w.r.bin, "-worker") {
+		if str(w.m.doc, "kind") == "Deployment" && (strings.HasSuffix(w.r.bin, "-worker") || w.r.bin == "planner") {
 			workerOf[str(w.m.doc, "metadata", "name")] = w
 		}
 	}
@@ -130,6 +131,9 @@ func checkComponent(dir string, base *baseInfo) []error {
 			}
 			topo := broker.Topology{Prefix: w.r.values["queue-prefix"]}.WithDefaults()
 			channel := strings.TrimSuffix(w.r.bin, "-worker")
+			if w.r.bin == "planner" { // it consumes the planning queue
+				topo, channel = topo.Planning(), broker.PlanChannel
+			}
 			if !slices.Contains(topo.Channels, channel) {
 				fail(m.where(), "%s consumes channel %q, which the topology does not have", w.r.bin, channel)
 				continue

@@ -24,7 +24,7 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{Name: "unknown binary", Old: `["dispatcher",`, New: `["dispatch",`, Want: `"dispatch" is not a binary`},
 		{Name: "missing subcommand", Old: `["nudgectl", "migrate",`, New: `["nudgectl",`, Want: "nudgectl needs a subcommand"},
 		{Name: "nobody declares the topology", Old: `["nudgectl", "migrate", "--declare-topology"]`, New: `["nudgectl", "migrate"]`,
-			Want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker reconciler sms-worker webhook-worker] only check"},
+			Want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker planner reconciler sms-worker webhook-worker] only check"},
 		{Name: "declarer has no broker", Old: "      NUDGE_AMQP_URL: amqp://nudge:nudge@rabbitmq:5672/\n    depends_on:\n      postgres:", New: "    depends_on:\n      postgres:",
 			Want: "--amqp-url (from default) points at \"127.0.0.1\", which is not a service"},
 		{Name: "bad duration", Old: `"--every", "5s"`, New: `"--every", "5 seconds"`, Want: `--every (from --every) = "5 seconds"`},
@@ -45,6 +45,9 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{Name: "worker holds the other channel's keys", Old: "NUDGE_SIGNING_KEYS: dev@sms:b3b435cad27bf3168aa3d792088110e53c7d4f179c91e14e6593ddc451b70496",
 			New:  "NUDGE_SIGNING_KEYS: dev@email:dab1057a8f11aceff6add0b79b7a11d39d7e95d85eea35da5c0c95fb07066af3",
 			Want: "service sms-worker: --signing-keys"},
+		{Name: "planner holds a worker's keys", Old: "NUDGE_SIGNING_KEYS: dev@plan:084c5531e1a30651bc7e89faa5a47bab2fca0e22469d3c365a12152b1c9d1078",
+			New:  "NUDGE_SIGNING_KEYS: dev@email:dab1057a8f11aceff6add0b79b7a11d39d7e95d85eea35da5c0c95fb07066af3",
+			Want: "service planner: --signing-keys (from NUDGE_SIGNING_KEYS) are neither dispatcher's root keys nor the plan keys derived from them"},
 		{Name: "missing required flag", Old: "  NUDGE_SIGNING_KEYS: dev:compose-dev-signing-key-0123456789abcdef\n", New: "\n", Want: "--signing-keys is required"},
 	} {
 		t.Run(b.Name, func(t *testing.T) {

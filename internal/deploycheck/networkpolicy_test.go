@@ -20,7 +20,7 @@ func TestNetworkPolicyCheckerCatches(t *testing.T) {
 			New: "    - ports:", Want: "an ingress rule without from admits any source"},
 		{Name: "ingress to the wrong port", File: "networkpolicy.yaml", Old: "          port: metrics", New: "          port: 9090",
 			Want: "admits ingress to TCP 9090, which is not the --listen port 8080"},
-		{Name: "ingress to the dispatcher", File: "networkpolicy.yaml", Old: `values: ["email-worker", "sms-worker", "webhook-worker", "reconciler"]`, New: `values: ["email-worker", "sms-worker", "webhook-worker", "reconciler", "dispatcher"]`,
+		{Name: "ingress to the dispatcher", File: "networkpolicy.yaml", Old: `values: ["email-worker", "sms-worker", "webhook-worker", "reconciler", "planner"]`, New: `values: ["email-worker", "sms-worker", "webhook-worker", "reconciler", "planner", "dispatcher"]`,
 			Want: "dispatcher serves nothing"},
 		{Name: "no default deny", File: "networkpolicy.yaml", Old: `  policyTypes: ["Ingress", "Egress"]`, New: `  policyTypes: ["Egress"]`,
 			Want: "no NetworkPolicy denies by default"},

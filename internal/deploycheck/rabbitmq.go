@@ -80,6 +80,7 @@ const (
 	mqEmail      = "nudge-email-worker"
 	mqSMS        = "nudge-sms-worker"
 	mqWebhook    = "nudge-webhook-worker"
+	mqPlanner    = "nudge-planner"
 	mqOperator   = "nudge-operator"
 	mqKEDA       = "nudge-keda"
 )
@@ -146,7 +147,7 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 		}
 		deny[mqMigrate] = append(deny[mqMigrate], access{"read", topo.DeadQueue(c), "dead letters are for operators"})
 	}
-	fleet := []string{mqDispatcher, mqReconciler, mqEmail, mqSMS, mqWebhook}
+	fleet := []string{mqDispatcher, mqReconciler, mqEmail, mqSMS, mqWebhook, mqPlanner}
 	all := append([]string{mqMigrate}, fleet...)
 	all = append(all, mqOperator, mqKEDA)
 	// Names outside the topology nobody may touch.
@@ -200,6 +201,29 @@ func mqPolicy(topo broker.Topology) (need, deny map[string][]access) {
 				deny[u] = append(deny[u], access{"read", q, "consumes only " + topo.Queue(own)})
 			}
 		}
+	}
+	// The campaign planner (internal/campaign): consumes the planning queue,
+	// publishes continuations through the work exchange; its rejects are
+	// dead-lettered by the broker, which needs no permission of its own.
+	plan := topo.Planning()
+	need[mqMigrate] = append(need[mqMigrate],
+		access{"configure", plan.Queue(broker.PlanChannel), "declares the planning queue"},
+		access{"configure", plan.DeadQueue(broker.PlanChannel), "declares the planning dead-letter queue"},
+		access{"configure", plan.RetryExchange(broker.PlanChannel), "declares the planning retry exchange"})
+	need[mqPlanner] = append(need[mqPlanner],
+		access{"read", plan.Queue(broker.PlanChannel), "consumes planning commands"},
+		access{"write", plan.WorkExchange(), "publishes continuations"})
+	deny[mqPlanner] = append(deny[mqPlanner],
+		access{"write", "amq.default", "reaches every queue by name: continuations go through " + plan.WorkExchange()},
+		access{"write", plan.DeadExchange(), "never dead-letters itself (rejects do)"},
+		access{"write", plan.RetryExchange(broker.PlanChannel), "gives commands back by nack, never retries"},
+		access{"read", plan.DeadQueue(broker.PlanChannel), "dead letters are for operators"},
+		access{"configure", plan.Queue(broker.PlanChannel), "only the migration step declares (or deletes) the topology"})
+	for _, q := range topo.Queues() {
+		deny[mqPlanner] = append(deny[mqPlanner], access{"read", q, "consumes only " + plan.Queue(broker.PlanChannel)})
+	}
+	for _, u := range []string{mqDispatcher, mqReconciler, mqEmail, mqSMS, mqWebhook, mqOperator} {
+		deny[u] = append(deny[u], access{"read", plan.Queue(broker.PlanChannel), "only planners consume planning commands"})
 	}
 	for _, c := range topo.Channels {
 		need[mqOperator] = append(need[mqOperator], access{"read", topo.DeadQueue(c), "inspects dead letters"})

@@ -51,6 +51,12 @@ func TestRabbitMQDefinitionsCheckerCatches(t *testing.T) {
 			Want: "user nudge-dispatcher must not have read on nudge.email (publishes, never consumes)"},
 		{Name: "dispatcher writes the default exchange", Old: `"configure": "^$", "write": "^nudge\\.work$"`,
 			New: `"configure": "^$", "write": "^(amq\\.default|nudge\\.work)$"`, Want: "user nudge-dispatcher must not have write on amq.default"},
+		{Name: "planner consumes a channel's work", Old: `"read": "^nudge\\.plan$"}`, New: `"read": "^nudge\\.(plan|email)$"}`,
+			Want: "user nudge-planner must not have read on nudge.email (consumes only nudge.plan)"},
+		{Name: "planner cannot consume", Old: `"read": "^nudge\\.plan$"}`, New: `"read": "^$"}`,
+			Want: "user nudge-planner needs read on nudge.plan (consumes planning commands)"},
+		{Name: "email worker consumes planning commands", Old: `"read": "^nudge\\.email$"}`, New: `"read": "^nudge\\.(email|plan)$"}`,
+			Want: "user nudge-email-worker must not have read on nudge.plan (only planners consume planning commands)"},
 		{Name: "worker reads dead letters", Old: `"read": "^nudge\\.email$"}`, New: `"read": "^nudge\\.email(\\.dead)?$"}`,
 			Want: "user nudge-email-worker must not have read on nudge.email.dead"},
 		{Name: "worker reads the other channel", Old: `"read": "^nudge\\.email$"}`, New: `"read": "^nudge\\.(email|sms)$"}`,
@@ -234,12 +240,14 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 	inspect := func(queue string) func(*amqp.Connection) error {
 		return check(broker.Uses{Queues: []string{queue}})
 	}
+	plan := topo.Planning()
 	retry := topo.RetryQueue("email", topo.RetryTiers[0])
 	smsRetry := topo.RetryQueue("sms", topo.RetryTiers[0])
 	steps := map[string][]step{
 		mqMigrate: {
 			{"declare the topology", declare, true},
 			{"declare the topology again (idempotent)", declare, true},
+			{"declare the planning queue", onChannel(plan.Declare), true},
 			{"consume nudge.email.dead", consume(topo.DeadQueue("email")), false},
 			{"declare a queue outside the topology", declareQueue("nudge.other"), false},
 		},
@@ -302,6 +310,17 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 			{"re-declare its own queue", declareQueue(topo.Queue("sms")), false},
 			{"delete its own queue", deleteQueue(topo.Queue("sms")), false},
 		},
+		mqPlanner: {
+			{"check what it uses at start", check(broker.Uses{Exchanges: []string{plan.WorkExchange()}, Queues: []string{plan.Queue(broker.PlanChannel)}}), true},
+			{"consume nudge.plan", consume(plan.Queue(broker.PlanChannel)), true},
+			{"publish a continuation to nudge.work", publish(plan.WorkExchange(), broker.PlanChannel), true},
+			{"consume nudge.email", consume(topo.Queue("email")), false},
+			{"consume nudge.plan.dead", consume(plan.DeadQueue(broker.PlanChannel)), false},
+			{"publish to nudge.plan (through the default exchange)", publish("", plan.Queue(broker.PlanChannel)), false},
+			{"publish to nudge.dead", publish(topo.DeadExchange(), broker.PlanChannel), false},
+			{"re-declare nudge.plan", declareQueue(plan.Queue(broker.PlanChannel)), false},
+			{"delete nudge.plan", deleteQueue(plan.Queue(broker.PlanChannel)), false},
+		},
 		mqOperator: {
 			{"check the whole topology (nudgectl broker check)", check(topo.AllUses()), true},
 			{"consume nudge.email.dead", consume(topo.DeadQueue("email")), true},
@@ -329,7 +348,7 @@ func TestRabbitMQDefinitionsLive(t *testing.T) {
 		}
 	})
 	// The declarer first, so that the topology exists before it is used.
-	for _, name := range []string{mqMigrate, mqDispatcher, mqReconciler, mqSMS, mqEmail, mqOperator, mqKEDA} {
+	for _, name := range []string{mqMigrate, mqDispatcher, mqReconciler, mqSMS, mqEmail, mqPlanner, mqOperator, mqKEDA} {
 		t.Run(name, func(t *testing.T) {
 			for _, s := range steps[name] {
 				conn := dial(t, name)

@@ -6,13 +6,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/message"
 )
 
 // Every message is signed with the key of the channel it names, derived
 // from the root keys (internal/message). The dispatcher and the reconciler
 // hold the root keys; a worker holds the same root keys or, better, only its
-// channel's keys derived from them (nudgectl keys derive). A worker whose
+// channel's keys derived from them (nudgectl keys derive; the planner, the
+// "plan" channel's). A worker whose
 // keys are neither verifies nothing the dispatcher signs and dead-letters
 // all of it, which no start-up check can see.
 
@@ -41,6 +43,9 @@ func checkSigningKeys(base string, res map[string]*resolved) []error {
 	for _, name := range slices.Sorted(maps.Keys(res)) {
 		r := res[name]
 		channel, ok := strings.CutSuffix(r.bin, "-worker")
+		if r.bin == "planner" {
+			channel, ok = broker.PlanChannel, true
+		}
 		if !ok || r.values["signing-keys"] == "" || r.values["signing-keys"] == root {
 			continue
 		}

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/nudgehq/nudge/internal/campaign"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/config"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/probe"
 )
 
@@ -28,6 +30,10 @@ type Planner struct {
 	Retry time.Duration
 	// SliceSize is the slice of campaigns that set none.
 	SliceSize int
+	// NudgeEvery, when set, makes a consuming planner nudge too, at start
+	// and then every NudgeEvery: where no CronJob does (docker compose, one
+	// host). Several planners nudging only add duplicates the fence drops.
+	NudgeEvery time.Duration
 }
 
 // RegisterFlags adds the planner's flags to fs.
@@ -40,6 +46,8 @@ func (o *Planner) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Retry, "reconnect-after", 2*time.Second, "wait before consuming again after the broker connection is lost")
 	fs.IntVar(&o.SliceSize, "slice-size", campaign.DefaultSliceSize, fmt.Sprintf(
 		"audience rows per slice of a campaign that sets none, %d-%d", campaign.MinSliceSize, campaign.MaxSliceSize))
+	fs.DurationVar(&o.NudgeEvery, "nudge-every", 0,
+		"while consuming, also publish one planning command per campaign still planning at start and every this long, where no CronJob does (docker compose; 0: never)")
 }
 
 // Run checks the planning queue exists, then nudges once (Nudge) or
@@ -47,6 +55,12 @@ func (o *Planner) RegisterFlags(fs *pflag.FlagSet) {
 func (o *Planner) Run(ctx context.Context, env Env) error {
 	if err := campaign.CheckSliceSize(o.SliceSize); err != nil {
 		return fmt.Errorf("--slice-size: %w", err)
+	}
+	if o.Nudge && o.NudgeEvery != 0 {
+		return fmt.Errorf("--nudge-every is for a consuming planner; --nudge publishes once and exits")
+	}
+	if o.NudgeEvery < 0 {
+		return fmt.Errorf("--nudge-every %s: want a positive duration, or 0 for never", o.NudgeEvery)
 	}
 	keys, err := o.Common.Keys()
 	if err != nil {
@@ -76,10 +90,28 @@ func (o *Planner) Run(ctx context.Context, env Env) error {
 		return err
 	}
 	p := &campaign.Planner{Pool: pool, Keys: keys, Publisher: pub, Topology: topo, Clock: env.Clock,
-		Name: actor, Log: env.Log, SliceSize: o.SliceSize}
+		Name: actor, Log: env.Log, SliceSize: o.SliceSize, Metrics: metrics.NewPlanner(env.Registry)}
+	env.Registry.MustRegister(&metrics.PlanningCollector{DB: pool, Clock: env.Clock})
 	var consuming atomic.Bool
 	if err := probe.Serve(ctx, o.Listen, env.Registry, consuming.Load, env.Log); err != nil {
 		return err
+	}
+	if o.NudgeEvery > 0 {
+		var wg sync.WaitGroup
+		defer wg.Wait() // before the pool and the publisher close
+		wg.Go(func() {
+			for {
+				n, err := campaign.Nudge(ctx, pool, pub, topo, keys, env.Clock.Now())
+				if err != nil && ctx.Err() == nil {
+					env.Log.Warn().Err(err).Msg("nudging campaigns")
+				} else if n > 0 {
+					env.Log.Debug().Int("campaigns", n).Msg("planning commands published")
+				}
+				if clock.Sleep(ctx, env.Clock, o.NudgeEvery) != nil {
+					return
+				}
+			}
+		})
 	}
 	for {
 		consuming.Store(true)

@@ -60,3 +60,14 @@ SELECT id, finished_at, error IS NULL, hops
  WHERE id > @after
  ORDER BY id
  LIMIT @limit;
+
+-- name: PlanningGauges
+-- What PlanningCollector derives, over the campaigns still planning only
+-- (campaigns_runnable, schema 26) and each one's newest checkpoint (the
+-- primary key of campaign_slices, read backwards): the oldest wait for a
+-- next slice, the oldest last checkpoint, and how many are planning.
+SELECT (SELECT min(updated_at) FROM campaigns WHERE state = 'planning'),
+       (SELECT min(coalesce((SELECT s.at FROM campaign_slices s
+                               WHERE s.campaign_id = c.id ORDER BY s.slice DESC LIMIT 1), c.created_at))
+          FROM campaigns c WHERE c.state = 'planning'),
+       (SELECT count(*) FROM campaigns WHERE state = 'planning');

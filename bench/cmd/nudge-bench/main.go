@@ -13,7 +13,10 @@
 //     and the hop histograms;
 //   - the claim rate with 10 thousand, 1 million and 10 million rows present;
 //   - the peak RSS of the real worker and dispatcher binaries, each a process
-//     of its own.
+//     of its own;
+//   - the planning rate of a campaign (intents per second of one planner,
+//     its slice time) beside `nudgectl schedule -f` and the SQL function
+//     nudge_schedule on the same N (planning.go).
 //
 // Every benchmark runs in a PostgreSQL schema and a queue prefix of its own,
 // deleted afterwards, even when the run fails or is interrupted. Every
@@ -57,10 +60,11 @@ type options struct {
 	scrapeSizes         []int
 	scalePerRun, batch  int
 	procN, procPrefetch int
+	planningN           int
 }
 
 // sections of a run, for -only.
-var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "burst", "scale", "scrape"}
+var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "burst", "planning", "scale", "scrape"}
 
 func main() {
 	var o options
@@ -86,6 +90,7 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
 	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
 	flag.IntVar(&o.procPrefetch, "proc-prefetch", 500, "the worker process's --prefetch")
+	flag.IntVar(&o.planningN, "planning-n", 5000, "intents per run of the planning section, each of its three ways (the SQL function, one call per reminder, is the slow one)")
 	flag.StringVar(&only, "only", strings.Join(allSections, ","), "sections to run: "+strings.Join(allSections, ","))
 	flag.BoolVar(&o.diagnose, "diagnose", false, "instead of the benchmark: EXPLAIN ANALYZE the dispatcher's statements and sample pg_stat_activity during one e2e run with -profile-workers workers")
 	flag.Parse()
@@ -156,6 +161,7 @@ type results struct {
 	scrape   []scrapeResult
 	sched    []riverResult // River, jobs inserted as scheduled, headline worker count
 	burst    []latencyResult
+	planning []planningResult
 	elapsed  time.Duration
 	spent    map[string]time.Duration // wall time by section, seeding and cleanup included
 	profiled string
@@ -219,6 +225,17 @@ func run(ctx context.Context, o options) error {
 		}
 		defer bins.remove()
 		lap("procs")
+	}
+	nudgectl := ""
+	if o.sections["planning"] {
+		fmt.Println("building cmd/nudgectl")
+		bin, remove, err := buildNudgectl(ctx, o.repo)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		nudgectl = bin
+		lap("planning")
 	}
 	if o.sections["latency"] && !o.sections["e2e"] && o.latencyRate <= 0 {
 		return errors.New("latency runs without e2e runs need -latency-rate")
@@ -317,6 +334,16 @@ func run(ctx context.Context, o options) error {
 			r.burst = append(r.burst, br)
 			lap("burst")
 		}
+		if o.sections["planning"] {
+			pr, err := planningRun(ctx, e, nudgectl, o.planningN)
+			if err != nil {
+				return fmt.Errorf("planning %d intents: %w", o.planningN, err)
+			}
+			fmt.Printf("  planning, n=%d: one planner %.0f intents/s (%d slices, slice %.1f ms, cycle %.1f ms), nudgectl schedule -f %.0f/s, nudge_schedule per row %.0f/s\n",
+				pr.N, pr.PlannerRate, pr.Slices, pr.SliceMs, pr.CycleMs, pr.FileRate, pr.SQLRate)
+			r.planning = append(r.planning, pr)
+			lap("planning")
+		}
 		if o.sections["procs"] {
 			pr, err := procRun(ctx, e, bins, o.procN, o.procPrefetch, o.batch)
 			if err != nil {
@@ -371,7 +398,7 @@ func run(ctx context.Context, o options) error {
 // spentLine lists the wall time by section, in the order they run.
 func (r results) spentLine() string {
 	var parts []string
-	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "scale", "scrape"} {
+	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "planning", "scale", "scrape"} {
 		if d, ok := r.spent[s]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Second)))
 		}

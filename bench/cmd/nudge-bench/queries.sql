@@ -230,3 +230,32 @@ SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU')
 
 -- name: EnqueuedSample
 SELECT id, fence FROM reminders WHERE state = 'enqueued' ORDER BY id LIMIT 50;
+
+-- ------------------------------------------------------------ planning
+
+-- name: PlanAudience
+-- The planning section's audience: n learners with a profile, registered as
+-- the source "bench" of tenant-0 (the planner reads it with its own rights).
+CREATE TABLE bench_audience (id bigint PRIMARY KEY, email text NOT NULL, profile jsonb NOT NULL);
+INSERT INTO bench_audience
+SELECT i, 'learner-' || i || '@example.org', jsonb_build_object('course', 'Go 101', 'learner', i)
+  FROM generate_series(1, @n::bigint) i;
+ANALYZE bench_audience;
+GRANT SELECT ON bench_audience TO nudge_planner;
+SELECT nudge_campaign_source('bench', 'tenant-0', 'bench_audience', 'id', 'email', 'profile', NULL);
+
+-- name: PlanProgress
+-- A campaign's state, planned count and end (the planner's clock).
+SELECT state, planned, ended_at FROM campaigns WHERE id = $1;
+
+-- name: PlanSliceStarts
+-- When each slice started (the planner's clock), in order: the cycle of a
+-- slice is its start to the next one's, its queue hop included.
+SELECT at FROM campaign_slices WHERE campaign_id = $1 ORDER BY slice;
+
+-- name: NudgeScheduleOne
+-- What a web tier runs per reminder (schema 1, widened by 13).
+SELECT nudge_schedule($1, $2, $3, $4, $5, $6::jsonb, $7, $8);
+
+-- name: ReminderCount
+SELECT count(*) FROM reminders;

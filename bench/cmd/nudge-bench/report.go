@@ -319,6 +319,13 @@ func report(o options, m machine, r results) error {
 		reportScrape(p, r)
 	}
 
+	p("## 4c. Planning a campaign: intents per second\n\n")
+	if len(r.planning) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportPlanning(p, r)
+	}
+
 	// ------------------------------------------------------------ memory
 	p("## 5. Memory and CPU of the real processes\n\n")
 	if len(r.procs) == 0 {
@@ -627,4 +634,18 @@ func reportBurst(p func(string, ...any), o options, r results) {
 		pick(r.burst, func(x latencyResult) float64 { return x.CPU.RabbitMQ * f }).Median,
 		pick(r.burst, func(x latencyResult) float64 { return x.CPU.Harness * f }).Median, recs, recBytes)
 	p("\n")
+}
+
+func reportPlanning(p func(string, ...any), r results) {
+	n := r.planning[0].N
+	p("The same %s reminder intents (email, due in an hour, a template and a data object each) written three ways, each into a schema of its own (issue 15): a **campaign** planned by **one planner** (`internal/campaign`, in the harness) consuming its own chain of signed planning commands through RabbitMQ, in slices of %d audience rows read from a table by keyset (each slice one transaction: the campaign's row lock, the read, the bulk intake statement, the checkpoint; then the confirmed continuation); **`nudgectl schedule -f`**, the real binary, of a JSON Lines file of the same reminders (its process start included); and the SQL function **`nudge_schedule`**, one call and one transaction per reminder over one connection, as a web tier scheduling as it goes. ", thousands(n), planningSliceSize)
+	p("The planner's rate is N over publishing the first command → the campaign's `ended_at`; slice time is the mean of `nudge_campaign_slice_duration_seconds` (transaction and continuation confirm), cycle the median time from one slice's start to the next's (the queue hop included). More planners plan more campaigns at once, not one faster: a campaign's slices are sequential.\n\n")
+	p("| way | N | intents/s median | min | max |\n|---|---|---|---|---|\n")
+	p("| campaign, one planner, slices of %d | %s | %s |\n", planningSliceSize, thousands(n), fmtS(pick(r.planning, func(x planningResult) float64 { return x.PlannerRate })))
+	p("| `nudgectl schedule -f` | %s | %s |\n", thousands(n), fmtS(pick(r.planning, func(x planningResult) float64 { return x.FileRate })))
+	p("| `nudge_schedule`, one call per reminder | %s | %s |\n\n", thousands(n), fmtS(pick(r.planning, func(x planningResult) float64 { return x.SQLRate })))
+	p("| planner | median | min | max |\n|---|---|---|---|\n")
+	p("| slice time, ms (mean per run) | %s |\n", fmtSf(pick(r.planning, func(x planningResult) float64 { return x.SliceMs })))
+	p("| slice cycle, ms (median per run) | %s |\n", fmtSf(pick(r.planning, func(x planningResult) float64 { return x.CycleMs })))
+	p("| slices per run | %s |\n\n", fmtS(pick(r.planning, func(x planningResult) float64 { return float64(x.Slices) })))
 }
