@@ -18,11 +18,13 @@ func TestOutcome(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	base := Snapshot{State: Planning, Deadline: now.Add(time.Hour), Lease: 30 * time.Second,
-		Fence: 5, Continued: 5, UpdatedAt: now.Add(-time.Second)}
+		Fence: 5, Continued: 5, UpdatedAt: now.Add(-time.Second), Enabled: true}
 	paused := base
 	paused.State = Paused
 	late := base
 	late.Deadline = now
+	outside := base
+	outside.Enabled = false
 	lost := base
 	lost.Continued, lost.UpdatedAt = 4, now.Add(-time.Minute)
 	timeout := fmt.Errorf("reading slice 3 of campaign 1: %w", &pgconn.PgError{Code: "57014"})
@@ -38,6 +40,7 @@ func TestOutcome(t *testing.T) {
 		{"an old replay", Decide(base, 1, now, -1), nil, metrics.SliceDuplicate, metrics.PlanDupStale},
 		{"a command ahead", Decide(base, 6, now, -1), nil, metrics.SliceDuplicate, metrics.PlanDupAhead},
 		{"a paused campaign", Decide(paused, 5, now, -1), nil, metrics.SliceInactive, ""},
+		{"a tenant outside the cohort", Decide(outside, 5, now, -1), nil, metrics.SliceInactive, ""},
 		{"no such campaign", Decision{Drop, "no such campaign"}, nil, metrics.SliceInactive, ""},
 		{"the deadline passed", Decide(late, 5, now, -1), nil, metrics.SliceLate, ""},
 		{"a lost continuation", Decide(lost, 4, now, -1), nil, metrics.SliceRepublished, ""},
