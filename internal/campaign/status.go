@@ -2,7 +2,6 @@ package campaign
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"
@@ -10,14 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nudgehq/nudge/internal/pg"
-	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
-
-//go:embed status.sql
-var statusSQL string
-
-var statusQueries = sqlfile.Parse("status.sql", statusSQL)
 
 // Report is a campaign's progress as operators read it (`nudgectl campaign
 // status`, the console). Its JSON field names are stable (docs/operations.md).
@@ -107,7 +100,7 @@ func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Repo
 		updatedAt      time.Time
 		lastCheckpoint *time.Time
 	)
-	err := q.QueryRow(ctx, statusQueries.Get("Report"), id).Scan(&r.ID, &r.Tenant, &r.Name, &r.Source, &r.Channel,
+	err := q.QueryRow(ctx, queries.Get("Report"), id).Scan(&r.ID, &r.Tenant, &r.Name, &r.Source, &r.Channel,
 		&r.State, &r.SliceSize, &sliceSize, &r.LeaseSeconds, &r.Planned, &r.BadRows, &fence, &r.Unplanned, &r.Deadline,
 		&r.CreatedAt, &updatedAt, &r.EndedAt, &lastCheckpoint)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -133,7 +126,7 @@ func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Repo
 		r.Deliveries[st] = 0
 	}
 	from, to := keyRange(id)
-	rows, err := q.Query(ctx, statusQueries.Get("Deliveries"), r.Tenant, from, to)
+	rows, err := q.Query(ctx, queries.Get("Deliveries"), r.Tenant, from, to)
 	if err != nil {
 		return Report{}, fmt.Errorf("counting the reminders of campaign %d: %w", id, err)
 	}
@@ -151,7 +144,7 @@ func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Repo
 	}
 	r.RemainingError = err.Error()
 	var est *int64
-	if err := q.QueryRow(ctx, statusQueries.Get("RemainingEstimate"), id).Scan(&est); err != nil {
+	if err := q.QueryRow(ctx, queries.Get("RemainingEstimate"), id).Scan(&est); err != nil {
 		return Report{}, fmt.Errorf("estimating what campaign %d has left: %w", id, err)
 	}
 	r.Remaining, r.RemainingEstimated = est, est != nil
