@@ -103,13 +103,9 @@ SELECT CASE WHEN state = 'planning' OR state = 'paused' THEN nudge_campaign_rema
 SELECT nudge_campaign_source_size($1);
 
 -- name: RowTime
--- The planning time per audience row of this installation: the 95th
--- percentile over the last $1 slices that read at least $2 rows (the last,
--- short slice of a campaign would overstate it), and how many there were.
-SELECT count(*)::integer, percentile_cont(0.95) WITHIN GROUP (ORDER BY took_ms::float8 / rows_read)
-  FROM (SELECT took_ms, rows_read FROM campaign_slices
-         WHERE took_ms IS NOT NULL AND rows_read >= $2
-         ORDER BY at DESC LIMIT $1) s;
+-- The planning time per audience row of this installation (schema 29: the
+-- web tier's admission reads the same function).
+SELECT n, per_row_ms FROM nudge_campaign_row_time($1, $2);
 
 -- name: Cohort
 SELECT tenant FROM campaign_cohort ORDER BY tenant;
@@ -146,3 +142,26 @@ SELECT line, coalesce(key, ''), field, reason FROM campaign_stage_errors WHERE s
 
 -- name: Find
 SELECT id FROM campaigns WHERE tenant = $1 AND name = $2;
+
+-- name: RatesClear
+-- Replaces the stored admission budget (nudgectl campaign rates), with RatesBudget and RatesInsert in one transaction.
+WITH gone AS (DELETE FROM campaign_admission_rates)
+DELETE FROM campaign_admission_budget;
+
+-- name: RatesBudget
+INSERT INTO campaign_admission_budget (limits_from, limits_version, retry_ns, retry_from, slice_size, stored_at, stored_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+-- name: RatesInsert
+INSERT INTO campaign_admission_rates (channel, tenant, rate, rate_from)
+SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[]);
+
+-- name: RatesBudgetRead
+SELECT limits_from, limits_version, retry_ns, retry_from, slice_size, stored_at, stored_by FROM campaign_admission_budget;
+
+-- name: RatesRead
+SELECT channel, tenant, rate, rate_from FROM campaign_admission_rates ORDER BY channel, tenant;
+
+-- name: AdmitSQL
+-- The web tier's admission rule (schema 29), for the test that runs it beside Admit.
+SELECT nudge_campaign_admit($1::jsonb);
