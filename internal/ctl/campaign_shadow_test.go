@@ -89,7 +89,8 @@ func TestCampaignStatusShowsShadowCountsBesideARealRun(t *testing.T) {
 	require.Contains(t, text, "planned: 448 (intended)\n")
 	require.Regexp(t, `slice time: median \d+ ms, p95 \d+ ms \(3 slices measured\)\n`, text)
 	require.Contains(t, text, "shadow counts: 3 slices, 450 rows read, 448 intended reminders, 2 bad rows; no real run")
-	require.Contains(t, text, "3      200/199/1              -/-/-")
+	require.Contains(t, text, "1      200/199/1              -/-/-")
+	require.Contains(t, text, "3      50/50/0                -/-/-")
 
 	// The real run: the same counts, slice by slice, from either side.
 	real := env.Create(t, "acme", "spring", "renewals", 200, due)

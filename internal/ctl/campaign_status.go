@@ -197,3 +197,14 @@ func writeSliceComparisons(w io.Writer, cs []campaign.SliceComparison, marks boo
 
 // ms prints milliseconds, to the millisecond.
 func ms(v float64) string { return fmt.Sprintf("%.0f ms", v) }
+
+// renderCampaignBar is the audience read so far as a bar of 40 cells.
+func renderCampaignBar(done, total int64) string {
+	const width = 40
+	filled, pct := 0, 100.0
+	if total > 0 {
+		filled = int(min(width, done*width/total))
+		pct = float64(done) * 100 / float64(total)
+	}
+	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d rows", strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct, done, total)
+}

@@ -93,6 +93,7 @@ DECLARE
     planning   bigint;
     delivery   bigint := 0;
     start_off  bigint;
+    due_off    numeric;
     need       bigint;
     win        bigint;
 BEGIN
@@ -106,9 +107,11 @@ BEGIN
         delivery := ceil(audience::float8 / rate * 1e9::float8)::bigint;
     END IF;
     start_off := planning;
-    IF t_from IS NOT NULL THEN
-        start_off := greatest(planning,
-                              ((extract(epoch FROM t_from) - extract(epoch FROM t_now)) * 1000000000)::bigint);
+    -- In numeric: Go's zero time (year 1) is further back than a bigint of
+    -- nanoseconds reaches.
+    due_off := (extract(epoch FROM t_from) - extract(epoch FROM t_now)) * 1000000000;
+    IF due_off > planning THEN
+        start_off := due_off::bigint;
     END IF;
     need := start_off + delivery + retry;
     win := ((extract(epoch FROM t_deadline) - extract(epoch FROM t_now)) * 1000000000)::bigint;
