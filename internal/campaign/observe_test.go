@@ -18,7 +18,7 @@ func TestOutcome(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	base := Snapshot{State: Planning, Deadline: now.Add(time.Hour), Lease: 30 * time.Second,
-		Fence: 5, Continued: 5, UpdatedAt: now.Add(-time.Second)}
+		Fence: 5, Continued: 5, UpdatedAt: now.Add(-time.Second), Enabled: true}
 	paused := base
 	paused.State = Paused
 	late := base
