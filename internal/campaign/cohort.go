@@ -63,10 +63,14 @@ func ChangeCohort(ctx context.Context, q pg.Querier, tenants []string, add bool,
 // of another campaign (nudge_campaign_shadow_compare); nil: the campaign
 // has no such slice.
 type SliceComparison struct {
-	Slice                                int64
-	ShadowRows, ShadowIntents, ShadowBad *int
-	RealRows, RealIntents, RealBad       *int
-	Same                                 bool
+	Slice         int64 `json:"slice"`
+	ShadowRows    *int  `json:"shadow_rows"`
+	ShadowIntents *int  `json:"shadow_intents"`
+	ShadowBad     *int  `json:"shadow_bad"`
+	RealRows      *int  `json:"real_rows"`
+	RealIntents   *int  `json:"real_intents"`
+	RealBad       *int  `json:"real_bad"`
+	Same          bool  `json:"same"`
 }
 
 // CompareShadow returns, per slice, the counts of shadow campaign shadow

@@ -103,13 +103,9 @@ SELECT CASE WHEN state = 'planning' OR state = 'paused' THEN nudge_campaign_rema
 SELECT nudge_campaign_source_size($1);
 
 -- name: RowTime
--- The planning time per audience row of this installation: the 95th
--- percentile over the last $1 slices that read at least $2 rows (the last,
--- short slice of a campaign would overstate it), and how many there were.
-SELECT count(*)::integer, percentile_cont(0.95) WITHIN GROUP (ORDER BY took_ms::float8 / rows_read)
-  FROM (SELECT took_ms, rows_read FROM campaign_slices
-         WHERE took_ms IS NOT NULL AND rows_read >= $2
-         ORDER BY at DESC LIMIT $1) s;
+-- The planning time per audience row of this installation (schema 29: the
+-- web tier's admission reads the same function).
+SELECT n, per_row_ms FROM nudge_campaign_row_time($1, $2);
 
 -- name: Cohort
 SELECT tenant FROM campaign_cohort ORDER BY tenant;
@@ -161,7 +157,8 @@ SELECT c.id, c.tenant, c.name, c.source, c.channel, c.state, c.slice_size,
        coalesce(c.slice_size, (SELECT max(s.rows_read) FROM campaign_slices s WHERE s.campaign_id = c.id), 200),
        extract(epoch FROM c.lease)::float8, c.planned, c.bad, c.fence, c.unplanned, c.deadline,
        c.created_at, c.updated_at, c.ended_at,
-       (SELECT s.at FROM campaign_slices s WHERE s.campaign_id = c.id ORDER BY s.slice DESC LIMIT 1)
+       (SELECT s.at FROM campaign_slices s WHERE s.campaign_id = c.id ORDER BY s.slice DESC LIMIT 1),
+       c.shadow
   FROM campaigns c
  WHERE c.id = $1;
 
@@ -183,3 +180,62 @@ SELECT CASE WHEN cl.relkind IN ('r', 'm') AND cl.reltuples >= 0
   JOIN campaign_sources s ON s.name = c.source
   JOIN pg_catalog.pg_class cl ON cl.oid = s.relation
  WHERE c.id = $1;
+
+-- name: RatesClear
+-- Replaces the stored admission budget (nudgectl campaign rates), with RatesBudget and RatesInsert in one transaction.
+WITH gone AS (DELETE FROM campaign_admission_rates)
+DELETE FROM campaign_admission_budget;
+
+-- name: RatesBudget
+INSERT INTO campaign_admission_budget (limits_from, limits_version, retry_ns, retry_from, slice_size, stored_at, stored_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+-- name: RatesInsert
+INSERT INTO campaign_admission_rates (channel, tenant, rate, rate_from)
+SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[]);
+
+-- name: RatesBudgetRead
+SELECT limits_from, limits_version, retry_ns, retry_from, slice_size, stored_at, stored_by FROM campaign_admission_budget;
+
+-- name: RatesRead
+SELECT channel, tenant, rate, rate_from FROM campaign_admission_rates ORDER BY channel, tenant;
+
+-- name: AdmitSQL
+-- The web tier's admission rule (schema 29), for the test that runs it beside Admit.
+SELECT nudge_campaign_admit($1::jsonb);
+
+-- name: SliceTime
+-- The measured time of this campaign's slices (took_ms, schema 25): how
+-- many were measured, their median and 95th percentile.
+SELECT count(took_ms), percentile_cont(0.5) WITHIN GROUP (ORDER BY took_ms),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY took_ms)
+  FROM campaign_slices
+ WHERE campaign_id = $1;
+
+-- name: Counterpart
+-- The campaign a shadow run is compared with, or a real run with: the
+-- latest of the other kind over the same tenant, source and slice size
+-- (its slices are then the same audience rows).
+SELECT o.id
+  FROM campaigns c
+  JOIN campaigns o ON o.tenant = c.tenant AND o.source = c.source AND o.shadow <> c.shadow
+                  AND o.slice_size IS NOT DISTINCT FROM c.slice_size
+ WHERE c.id = $1
+ ORDER BY o.id DESC
+ LIMIT 1;
+
+-- name: IsShadow
+SELECT shadow FROM campaigns WHERE id = $1;
+
+-- name: CompareTotals
+-- Over every slice of either campaign ($2 NULL: the shadow run's alone).
+SELECT count(*), count(*) FILTER (WHERE NOT same),
+       coalesce(sum(shadow_rows), 0), coalesce(sum(shadow_intents), 0), coalesce(sum(shadow_bad), 0),
+       coalesce(sum(real_rows), 0), coalesce(sum(real_intents), 0), coalesce(sum(real_bad), 0)
+  FROM nudge_campaign_shadow_compare($1, $2);
+
+-- name: CompareSlices
+-- The first $3 slices, in order.
+SELECT slice, shadow_rows, shadow_intents, shadow_bad, real_rows, real_intents, real_bad, same
+  FROM nudge_campaign_shadow_compare($1, $2)
+ LIMIT $3;

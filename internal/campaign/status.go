@@ -59,7 +59,57 @@ type Report struct {
 	// present (zeros included): pending, leased, enqueued, sending,
 	// retrying, quarantined, delivered, failed, expired, canceled.
 	Deliveries map[reminder.State]int64 `json:"deliveries"`
+	// Shadow: a shadow run, which plans and counts without creating
+	// reminders (Planned is then the intended count).
+	Shadow bool `json:"shadow"`
+	// The measured time of this campaign's slices (campaign_slices.took_ms):
+	// how many were measured, their median and 95th percentile in
+	// milliseconds (nil before the first).
+	SlicesMeasured int64    `json:"slices_measured"`
+	SliceMSMedian  *float64 `json:"slice_ms_median"`
+	SliceMSP95     *float64 `json:"slice_ms_p95"`
+	// Comparison is a shadow run's counts per slice beside a real run's:
+	// for a shadow run, always (without a real run to compare with, its own
+	// intended counts); for a real run, when a shadow run over the same
+	// tenant, source and slice size exists or one was named. Nil otherwise.
+	Comparison *Comparison `json:"comparison"`
 }
+
+// MaxSlicesListed bounds the slices a Comparison lists (its totals count
+// them all; nudgectl campaign compare prints every one).
+const MaxSlicesListed = 1000
+
+// Comparison is a shadow run beside a real run, per slice and in total.
+type Comparison struct {
+	ShadowID int64 `json:"shadow_id"`
+	// RealID is the real run compared with; nil: none (the shadow run's own
+	// counts are listed, the real side empty).
+	RealID *int64 `json:"real_id"`
+	// Chosen says how RealID (or ShadowID, for a real run's report) was
+	// found: "named" (--compare), "latest" (the latest campaign of the other
+	// kind over the same tenant, source and slice size) or "none".
+	Chosen string `json:"chosen"`
+	// Slices counts the slices either campaign has; SlicesDiffer those whose
+	// rows read, intents or bad rows differ (or that only one has); Same:
+	// none differs. Without a real run, SlicesDiffer is 0 and Same false.
+	Slices       int64 `json:"slices"`
+	SlicesDiffer int64 `json:"slices_differ"`
+	Same         bool  `json:"same"`
+	// Totals over every slice.
+	ShadowRows    int64 `json:"shadow_rows"`
+	ShadowIntents int64 `json:"shadow_intents"`
+	ShadowBad     int64 `json:"shadow_bad"`
+	RealRows      int64 `json:"real_rows"`
+	RealIntents   int64 `json:"real_intents"`
+	RealBad       int64 `json:"real_bad"`
+	// PerSlice lists the first MaxSlicesListed slices, in order.
+	PerSlice  []SliceComparison `json:"per_slice"`
+	Truncated bool              `json:"per_slice_truncated"`
+}
+
+// ErrNotComparable: --compare named a campaign of the same kind (two shadow
+// runs, or two real ones).
+var ErrNotComparable = errors.New("not a shadow run and a real run")
 
 // Progress is the share of the audience the campaign has read (planned and
 // bad rows over those plus the remaining ones), in [0, 1]; ok false when the
@@ -90,9 +140,93 @@ func keyRange(id int64) (from, to string) {
 }
 
 // GetReport reads campaign id's report at now, as q's login (nudge_operator,
-// or the planner). Reading the remainder needs the right to read the
-// audience source; without it the report says so and goes on.
+// or the planner), compared with the latest campaign of the other kind
+// (shadow or real) over its tenant, source and slice size, if any. Reading
+// the remainder needs the right to read the audience source; without it the
+// report says so and goes on.
 func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Report, error) {
+	return GetReportComparedWith(ctx, q, id, now, 0)
+}
+
+// GetReportComparedWith is GetReport compared with campaign with (0: the
+// latest of the other kind, as GetReport), which must be of the other kind
+// (ErrNotComparable).
+func GetReportComparedWith(ctx context.Context, q pg.Querier, id int64, now time.Time, with int64) (Report, error) {
+	r, err := getReport(ctx, q, id, now)
+	if err != nil {
+		return Report{}, err
+	}
+	if err := q.QueryRow(ctx, queries.Get("SliceTime"), id).Scan(&r.SlicesMeasured, &r.SliceMSMedian,
+		&r.SliceMSP95); err != nil {
+		return Report{}, fmt.Errorf("reading the slice time of campaign %d: %w", id, err)
+	}
+	if r.Comparison, err = compare(ctx, q, r, with); err != nil {
+		return Report{}, err
+	}
+	return r, nil
+}
+
+// compare finds the campaign r is compared with (with, or the latest of the
+// other kind) and reads the comparison; nil for a real run with none.
+func compare(ctx context.Context, q pg.Querier, r Report, with int64) (*Comparison, error) {
+	chosen := "named"
+	if with == 0 {
+		chosen = "latest"
+		err := q.QueryRow(ctx, queries.Get("Counterpart"), r.ID).Scan(&with)
+		if errors.Is(err, pgx.ErrNoRows) {
+			chosen = "none"
+		} else if err != nil {
+			return nil, fmt.Errorf("finding the campaign to compare campaign %d with: %w", r.ID, err)
+		}
+	} else {
+		var shadow bool
+		err := q.QueryRow(ctx, queries.Get("IsShadow"), with).Scan(&shadow)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = ErrNotFound
+		}
+		if err != nil {
+			return nil, fmt.Errorf("comparing campaign %d with %d: %w", r.ID, with, err)
+		}
+		if shadow == r.Shadow {
+			kind := "real runs"
+			if shadow {
+				kind = "shadow runs"
+			}
+			return nil, fmt.Errorf("comparing campaign %d with %d: both are %s: %w", r.ID, with, kind, ErrNotComparable)
+		}
+	}
+	c := Comparison{ShadowID: r.ID, Chosen: chosen}
+	switch {
+	case chosen == "none" && !r.Shadow:
+		return nil, nil
+	case chosen == "none":
+	case r.Shadow:
+		c.RealID = &with
+	default:
+		real := r.ID
+		c.ShadowID, c.RealID = with, &real
+	}
+	if err := q.QueryRow(ctx, queries.Get("CompareTotals"), c.ShadowID, c.RealID).Scan(&c.Slices, &c.SlicesDiffer,
+		&c.ShadowRows, &c.ShadowIntents, &c.ShadowBad, &c.RealRows, &c.RealIntents, &c.RealBad); err != nil {
+		return nil, fmt.Errorf("comparing campaign %d with %v: %w", c.ShadowID, with, err)
+	}
+	rows, err := q.Query(ctx, queries.Get("CompareSlices"), c.ShadowID, c.RealID, MaxSlicesListed)
+	if err == nil {
+		c.PerSlice, err = pgx.CollectRows(rows, pgx.RowToStructByPos[SliceComparison])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("comparing campaign %d with %v: %w", c.ShadowID, with, err)
+	}
+	c.Truncated = c.Slices > int64(len(c.PerSlice))
+	if c.RealID == nil {
+		c.SlicesDiffer = 0
+	} else {
+		c.Same = c.SlicesDiffer == 0
+	}
+	return &c, nil
+}
+
+func getReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Report, error) {
 	var (
 		r              Report
 		fence          int64
@@ -102,7 +236,7 @@ func GetReport(ctx context.Context, q pg.Querier, id int64, now time.Time) (Repo
 	)
 	err := q.QueryRow(ctx, queries.Get("Report"), id).Scan(&r.ID, &r.Tenant, &r.Name, &r.Source, &r.Channel,
 		&r.State, &r.SliceSize, &sliceSize, &r.LeaseSeconds, &r.Planned, &r.BadRows, &fence, &r.Unplanned, &r.Deadline,
-		&r.CreatedAt, &updatedAt, &r.EndedAt, &lastCheckpoint)
+		&r.CreatedAt, &updatedAt, &r.EndedAt, &lastCheckpoint, &r.Shadow)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotFound
 	}

@@ -54,6 +54,10 @@ type campaignData struct {
 	Known       bool
 	Lag         time.Duration
 	States      []reminder.State
+	// SliceTime is the measured slice time ("" before any); RealID, the
+	// real run a shadow run is compared with (0: none).
+	SliceTime string
+	RealID    int64
 }
 
 func (s *Server) campaign(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +77,13 @@ func (s *Server) campaign(w http.ResponseWriter, r *http.Request) {
 	}
 	d := campaignData{Report: rep, States: reminder.States}
 	d.Done, d.Total, d.Known = rep.Progress()
+	if rep.SliceMSMedian != nil && rep.SliceMSP95 != nil {
+		d.SliceTime = fmt.Sprintf("median %.0f ms, p95 %.0f ms (%d slices measured)", *rep.SliceMSMedian, *rep.SliceMSP95,
+			rep.SlicesMeasured)
+	}
+	if c := rep.Comparison; c != nil && c.RealID != nil {
+		d.RealID = *c.RealID
+	}
 	if rep.CheckpointLagSeconds != nil {
 		d.Lag = time.Duration(*rep.CheckpointLagSeconds * float64(time.Second))
 	}

@@ -21,6 +21,7 @@ func campaignCmd(connect connector) *cobra.Command {
 	}
 	cmd.AddCommand(campaignCreateCmd(connect), campaignStatusCmd(connect), campaignListCmd(connect))
 	cmd.AddCommand(campaignStageCmd(connect), campaignCohortCmd(connect), campaignCompareCmd(connect)) // campaign_stage.go
+	cmd.AddCommand(campaignRatesCmd(connect))                                                          // campaign_rates.go
 	for _, a := range []campaign.Action{campaign.Pause, campaign.Resume, campaign.Cancel} {
 		cmd.AddCommand(campaignSetCmd(connect, a))
 	}

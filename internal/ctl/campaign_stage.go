@@ -405,16 +405,7 @@ func campaignCompareCmd(connect connector) *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%-6s %-22s %-22s %s\n", "SLICE", "SHADOW rows/ok/bad", "REAL rows/ok/bad", "")
-			differ := 0
-			for _, c := range cmp {
-				mark := "same"
-				if !c.Same {
-					mark, differ = "DIFFERS", differ+1
-				}
-				fmt.Fprintf(w, "%-6d %-22s %-22s %s\n", c.Slice, counts(c.ShadowRows, c.ShadowIntents, c.ShadowBad),
-					counts(c.RealRows, c.RealIntents, c.RealBad), mark)
-			}
+			differ := writeSliceComparisons(w, cmp, true)
 			fmt.Fprintf(w, "%d slices, %d differ\n", len(cmp), differ)
 			return nil
 		},
