@@ -37,12 +37,14 @@ const signingKeys = "upgrade:0123456789abcdef0123456789abcdef"
 
 var (
 	dispatcherArgs = []string{"--every", "1s", "--lease", "10s"}
-	workerArgs     = []string{"--send-timeout", "2s", "--send-lease", "5s", "--batch", "20", "--concurrency", "2",
-		"--backoff-base", "500ms", "--grace", "5s"}
+	// A send timeout well above Mailpit's latency on a loaded machine: a
+	// relay that accepted after the worker gave up would be sent twice.
+	workerArgs = []string{"--send-timeout", "5s", "--send-lease", "15s", "--batch", "20", "--concurrency", "2",
+		"--backoff-base", "500ms", "--grace", "8s"}
 	reconcilerArgs = []string{"--every", "1s", "--overdue", "20s", "--lease", "10s"}
 	// sendTimeout is workerArgs' --send-timeout: an email received later than
 	// this after its deadline was begun after it.
-	sendTimeout = 2 * time.Second
+	sendTimeout = 5 * time.Second
 )
 
 // intent is one line of nudgectl schedule -f, a format both releases read.
@@ -403,7 +405,7 @@ func TestRollingUpgrade(t *testing.T) {
 	var logged []string
 	for _, p := range f.procs {
 		for _, line := range strings.Split(p.Output(), "\n") {
-			if strings.Contains(line, "SQLSTATE") || (p.release == "old" && strings.Contains(line, `"level":"ERROR"`)) {
+			if strings.Contains(line, "SQLSTATE") || (p.release == "old" && strings.Contains(strings.ToLower(line), `"level":"error"`)) {
 				logged = append(logged, p.release+" "+p.Name+": "+line)
 			}
 		}
@@ -463,8 +465,10 @@ func checkTimeline(t *testing.T, out string) {
 	var last reminder.Event
 	for i, ev := range shown.Events {
 		if i > 0 {
+			// Writers take their own clocks' time (a reconciler's, read
+			// before it waited for the row lock, may precede the event it
+			// follows): the order is the events' IDs.
 			require.Greater(t, ev.ID, last.ID, "reminder %d: events in order\n%s", r.ID, out)
-			require.False(t, ev.At.Before(last.At), "reminder %d: event %d before the one it follows\n%s", r.ID, ev.ID, out)
 		}
 		last = ev
 		if reminder.IsNote(ev.Code) {
