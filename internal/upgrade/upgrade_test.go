@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/ops"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -203,6 +204,7 @@ func TestRollingUpgrade(t *testing.T) {
 	newBins := testenv.BinariesOf(t, commands...)
 	db := testenv.EmptyPostgres(t)
 	mq := testenv.UndeclaredRabbitMQ(t)
+	t.Cleanup(func() { deletePlanning(mq) })
 	mail := testenv.Mailpit(t)
 	ctx := context.Background()
 
@@ -413,6 +415,28 @@ func TestRollingUpgrade(t *testing.T) {
 	require.Empty(t, logged, "errors logged during the rollout")
 	t.Logf("%d reminders, %d SMS accepted (%d answered 429/5xx), %d emails; %s in all (%s after the builds)",
 		len(items), len(sms.Messages()), retried, len(mails), time.Since(began).Round(time.Second), time.Since(t0).Round(time.Second))
+}
+
+// deletePlanning deletes the planning queues and exchange that nudgectl
+// migrate --declare-topology declares beside the topology, which
+// testenv's cleanup does not know.
+func deletePlanning(mq *testenv.Broker) {
+	conn, err := broker.Dial(mq.URL, "nudge-test-cleanup")
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	p := mq.Topology.Planning()
+	for _, q := range p.Queues() {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+			_ = ch.Close()
+		}
+	}
+	if ch, err := conn.Channel(); err == nil {
+		_ = ch.ExchangeDelete(p.RetryExchange(broker.PlanChannel), false, false)
+		_ = ch.Close()
+	}
 }
 
 // listAll reads every reminder with this tree's ops.List, a page at a time.
