@@ -38,6 +38,10 @@ const signingKeys = "upgrade:0123456789abcdef0123456789abcdef"
 
 var (
 	dispatcherArgs = []string{"--every", "1s", "--lease", "10s"}
+	// newArgs are flags only this tree's binaries get, by command: what a
+	// release turns on behind a flag (batch envelopes from the dispatcher,
+	// say) must run beside the old fleet too. Every flag here must exist.
+	newArgs = map[string][]string{}
 	// A send timeout well above Mailpit's latency on a loaded machine: a
 	// relay that accepted after the worker gave up would be sent twice.
 	workerArgs = []string{"--send-timeout", "5s", "--send-lease", "15s", "--batch", "20", "--concurrency", "2",
@@ -127,6 +131,9 @@ type proc struct {
 
 func (f *fleet) start(release, bin string, args ...string) *proc {
 	f.t.Helper()
+	if release == "new" {
+		args = append(slices.Clone(args), newArgs[bin]...)
+	}
 	p := &proc{Proc: testenv.Start(f.t, f.bins(release), bin, f.env, args...), release: release}
 	f.procs = append(f.procs, p)
 	f.t.Logf("%s: started %s %s", time.Now().Format("15:04:05.0"), release, p)
