@@ -29,6 +29,19 @@ type DB struct {
 // connections use it. The schema is dropped when the test ends.
 func Postgres(tb testing.TB) *DB {
 	tb.Helper()
+	db := EmptyPostgres(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := schema.Migrate(ctx, db.Pool); err != nil {
+		tb.Fatalf("migrating test schema %s: %v", db.Schema, err)
+	}
+	return db
+}
+
+// EmptyPostgres is Postgres without the migrations: the schema is empty, for
+// a test that migrates it itself (with an earlier release's nudgectl, say).
+func EmptyPostgres(tb testing.TB) *DB {
+	tb.Helper()
 	needs(tb, "PostgreSQL")
 	base := os.Getenv("NUDGE_TEST_DATABASE_URL")
 	if base == "" {
@@ -76,9 +89,6 @@ func Postgres(tb testing.TB) *DB {
 		tb.Fatalf("connecting to test schema: %v", err)
 	}
 	tb.Cleanup(pool.Close)
-	if _, err := schema.Migrate(ctx, pool); err != nil {
-		tb.Fatalf("migrating test schema %s: %v", name, err)
-	}
 	return &DB{Pool: pool, Schema: name, URL: u.String()}
 }
 

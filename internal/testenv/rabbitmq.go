@@ -23,6 +23,28 @@ type Broker struct {
 // topology exists, as they do in production.
 func RabbitMQ(tb testing.TB) *Broker {
 	tb.Helper()
+	b := UndeclaredRabbitMQ(tb)
+	conn, err := broker.Dial(b.URL, "nudge-test")
+	if err != nil {
+		tb.Fatalf("connecting to RabbitMQ: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		tb.Fatalf("opening a channel: %v", err)
+	}
+	if err := b.Topology.Declare(ch); err != nil {
+		tb.Fatalf("declaring test topology: %v", err)
+	}
+	return b
+}
+
+// UndeclaredRabbitMQ is RabbitMQ without the declaring: a fresh prefix with
+// nothing under it yet, for a test whose migration step declares it (with an
+// earlier release's nudgectl, say). What this release's topology names under
+// the prefix is deleted when the test ends.
+func UndeclaredRabbitMQ(tb testing.TB) *Broker {
+	tb.Helper()
 	needs(tb, "RabbitMQ")
 	url := os.Getenv("NUDGE_TEST_AMQP_URL")
 	if url == "" {
@@ -33,17 +55,8 @@ func RabbitMQ(tb testing.TB) *Broker {
 		Unavailable(tb, "RabbitMQ at "+url, "start it (rabbitmq-server -detached), or set NUDGE_TEST_AMQP_URL", err)
 		return nil
 	}
-	topo := broker.Topology{Prefix: "t-" + RandomID()}.WithDefaults()
-	ch, err := conn.Channel()
-	if err != nil {
-		conn.Close()
-		tb.Fatalf("opening a channel: %v", err)
-	}
-	if err := topo.Declare(ch); err != nil {
-		conn.Close()
-		tb.Fatalf("declaring test topology: %v", err)
-	}
 	conn.Close()
+	topo := broker.Topology{Prefix: "t-" + RandomID()}.WithDefaults()
 	b := &Broker{URL: url, Topology: topo}
 	tb.Cleanup(func() {
 		conn, err := broker.Dial(url, "nudge-test-cleanup")

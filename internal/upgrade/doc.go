@@ -1,0 +1,14 @@
+// Package upgrade tests a rolling upgrade: the binaries of the last release
+// (OldRelease, built from git) run a fleet on the schema their nudgectl
+// migrated; while they deliver, this tree's nudgectl migrates, and the fleet
+// is replaced one component at a time (workers, then the dispatcher, then the
+// reconciler), old and new side by side on the same schema and queues. It
+// then checks what users and operators would see: every reminder terminal
+// with a reason, nothing sent twice or after its deadline by the provider's
+// own record, timelines that read whole through the new nudgectl, dead
+// letters that explain themselves, and no SQL error from any binary.
+//
+// Today's tree only differs from OldRelease by what has landed since; a
+// change of schema or message format that the old binaries cannot live with
+// turns it red. Move OldRelease at each release.
+package upgrade
