@@ -1,0 +1,110 @@
+package worker_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/internal/worker"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// holdOne holds the send of the first reminder it sees whose id is in hold
+// until release is closed, and says so on held.
+type holdOne struct {
+	provider.Sender
+	hold    map[int64]bool
+	once    sync.Once
+	held    chan int64
+	release chan struct{}
+}
+
+func (h *holdOne) Send(ctx context.Context, m provider.Message) (string, error) {
+	if h.hold[m.ReminderID] {
+		first := false
+		h.once.Do(func() { first = true })
+		if first {
+			h.held <- m.ReminderID
+			<-h.release
+		}
+	}
+	return h.Sender.Send(ctx, m)
+}
+
+// Issue 18, on the real services: envelopes of many reminders and a
+// single-reminder message (what a dispatcher before envelopes, or the
+// reconciler, publishes) side by side in one queue: every reminder is
+// delivered once.
+func TestEnvelopesAndSingleMessagesSideBySide(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, b.schedule(t, "single-"+strconv.Itoa(i), time.Hour))
+	}
+	b.dispatch(t) // three single messages
+	for i := range 120 {
+		ids = append(ids, b.schedule(t, "env-"+strconv.Itoa(i), time.Hour))
+	}
+	b.disp.Config.EnvelopeSize = 50
+	b.dispatch(t) // envelopes of 50, 50 and 20
+	for _, id := range ids {
+		b.waitState(t, id, reminder.Delivered)
+	}
+	require.Len(t, b.sms.Attempts(), len(ids), "each sent once")
+	c := b.worker.Counts()
+	require.Equal(t, int64(len(ids)), c.Delivered)
+	require.Zero(t, c.DeadLettered+c.Split+c.Duplicates)
+}
+
+// Issue 18, inventory "a worker is killed mid-envelope": the connection
+// closes while one entry of an envelope is still at the provider and the
+// others have been sent. The envelope comes back redelivered and is split
+// into single messages; each copy finds its reminder moved on from the
+// envelope's fence (claimed) and is discarded, the held send completes and
+// the batch is recorded, and nothing reaches the provider twice.
+func TestEnvelopeKilledMidwayIsSplitAndNothingSentTwice(t *testing.T) {
+	t.Parallel()
+	hold := &holdOne{hold: map[int64]bool{}, held: make(chan int64, 1), release: make(chan struct{})}
+	b := setup(t, worker.Config{}, func(s provider.Sender) provider.Sender { hold.Sender = s; return hold })
+	defer func() {
+		select {
+		case <-hold.release:
+		default:
+			close(hold.release) // a failed test still lets the worker stop
+		}
+	}()
+	var ids []int64
+	for i := range 10 {
+		id := b.schedule(t, "k"+strconv.Itoa(i), time.Hour)
+		ids = append(ids, id)
+		hold.hold[id] = i == 4
+	}
+	b.disp.Config.EnvelopeSize = 10
+	b.dispatch(t)
+	<-hold.held
+	require.Eventually(t, func() bool { return len(b.sms.Attempts()) == 9 }, 20*time.Second, 10*time.Millisecond,
+		"the other nine sent")
+	require.Positive(t, testenv.CloseConnections(t, "w-"+b.mq.Topology.Prefix))
+	// The lost session waits (up to Grace) for its batch before it
+	// reconnects: the held send completes now and the batch is recorded,
+	// but the envelope's ack dies with its channel.
+	close(hold.release)
+	for _, id := range ids {
+		b.waitState(t, id, reminder.Delivered)
+	}
+	require.Eventually(t, func() bool { return b.worker.Counts().Split == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the redelivered envelope is split")
+	require.Eventually(t, func() bool {
+		c := b.worker.Counts()
+		return c.Stale+c.Duplicates+c.Superseded == 10
+	}, 20*time.Second, 10*time.Millisecond, "every copy discarded: its reminder is delivered")
+	require.Len(t, b.sms.Attempts(), 10, "nothing sent twice")
+	require.Len(t, b.sms.Messages(), 10)
+}
