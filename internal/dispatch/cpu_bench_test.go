@@ -109,7 +109,7 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 		Store: store.New(pool), Publisher: pub, Keys: bu.keys, Topology: bu.mq.Topology, Clock: clock.Real{},
 		Actor: "bench-dispatcher",
 	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1)}}
-	beam := beamPID()
+	beam := testenv.BrokerPID()
 
 	pg := func() (sum int64) {
 		mu.Lock()
@@ -119,9 +119,9 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 		}
 		return sum
 	}
-	pg0, self0, mq0, wall0 := pg(), selfCPU(), procCPU(beam), time.Now()
+	pg0, self0, mq0, wall0 := pg(), selfCPU(), testenv.ProcCPU(beam), time.Now()
 	sum, err := d.RunOnce(ctx)
-	pg1, self1, mq1, wall := pg(), selfCPU(), procCPU(beam), time.Since(wall0)
+	pg1, self1, mq1, wall := pg(), selfCPU(), testenv.ProcCPU(beam), time.Since(wall0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -140,37 +140,6 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-// procCPU is the CPU time of every thread of process pid (/proc/PID/stat,
-// 10 ms ticks); 0 when unreadable. The RabbitMQ node has many threads,
-// which /proc/PID/schedstat (the main thread's) would miss.
-func procCPU(pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil || pid == 0 {
-		return 0
-	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
-}
-
-// beamPID is the pid of the RabbitMQ node on this host (its beam.smp), 0
-// when there is none to read.
-func beamPID() int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "beam.smp" {
-			return pid
-		}
-	}
-	return 0
 }
 
 // queued is how many messages queue holds.

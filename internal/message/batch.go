@@ -97,27 +97,7 @@ func (k *Keyring) SealBatch(b Batch) (body []byte, headers map[string]any, err e
 		return nil, nil, fmt.Errorf("encoding a batch of %d reminders: %w: %d bytes, the limit is %d",
 			len(b.Entries), ErrTooLarge, len(body), MaxBatchBodyBytes)
 	}
-	if !cached {
-		k.keep(k.active, b.Channel, mk)
-	}
-	return body, map[string]any{
-		HeaderKeyID:     k.active,
-		HeaderSignature: mk.sign(k.active, body),
-	}, nil
-}
-
-// decodeBatch decodes body strictly: one JSON object of Batch's fields and
-// nothing after it.
-func decodeBatch(body []byte, b *Batch) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(b); err != nil {
-		return err
-	}
-	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
-		return fmt.Errorf("%d bytes after the batch", len(rest))
-	}
-	return nil
+	return body, k.signed(mk, cached, b.Channel, body), nil
 }
 
 // OpenAll verifies and decodes a message of either format, appending its
@@ -140,7 +120,7 @@ func (k *Keyring) OpenAll(body []byte, headers map[string]any, dst []Envelope) (
 		return dst, true, fmt.Errorf("%w: a %d-byte batch, the limit is %d", ErrTooLarge, len(body), MaxBatchBodyBytes)
 	}
 	var b Batch
-	malformed := decodeBatch(body, &b)
+	malformed := decodeStrict(body, &b)
 	channel := b.Channel
 	if malformed != nil && channel == "" {
 		channel = channelOf(body)

@@ -364,14 +364,18 @@ func channelOf(body []byte) string {
 
 // decode decodes body strictly: one JSON object of Envelope's fields and
 // nothing after it.
-func decode(body []byte, env *Envelope) error {
+func decode(body []byte, env *Envelope) error { return decodeStrict(body, env) }
+
+// decodeStrict decodes body into v strictly: one JSON object of v's fields
+// and nothing after it.
+func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(env); err != nil {
+	if err := dec.Decode(v); err != nil {
 		return err
 	}
 	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
-		return fmt.Errorf("%d bytes after the envelope", len(rest))
+		return fmt.Errorf("%d bytes after the message", len(rest))
 	}
 	return nil
 }
@@ -393,13 +397,19 @@ func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err e
 		return nil, nil, fmt.Errorf("encoding message for reminder %d: %w: %d bytes, the limit is %d",
 			env.ReminderID, ErrTooLarge, len(body), MaxBodyBytes)
 	}
+	return body, k.signed(mk, cached, env.Channel, body), nil
+}
+
+// signed is the headers that sign body with the active key's MAC key mk
+// for channel, which it caches once it has served (unless cached already).
+func (k *Keyring) signed(mk *macKey, cached bool, channel string, body []byte) map[string]any {
 	if !cached {
-		k.keep(k.active, env.Channel, mk)
+		k.keep(k.active, channel, mk)
 	}
-	return body, map[string]any{
+	return map[string]any{
 		HeaderKeyID:     k.active,
 		HeaderSignature: mk.sign(k.active, body),
-	}, nil
+	}
 }
 
 // Open verifies the signature in headers over body and decodes it. The

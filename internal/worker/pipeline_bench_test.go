@@ -147,17 +147,7 @@ func (t *tracer) reset() {
 }
 
 // procCPU is the user+system CPU time of a process, from /proc.
-func procCPU(pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
-}
+func procCPU(pid int) time.Duration { return testenv.ProcCPU(pid) }
 
 // selfWrites is how many write syscalls this process made, from /proc.
 func selfWrites() int64 {
@@ -277,7 +267,7 @@ func runPipeline(b *testing.B, n, k int) {
 		Store: store.New(newPool()), Publisher: counted, Keys: keys, Topology: topo, Clock: clock.Real{},
 		Actor: "bench-dispatcher",
 	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1)}}
-	beam := beamPID()
+	beam := testenv.BrokerPID()
 
 	// Backends serving this run: the pools open their connections lazily,
 	// and one opened during the run counts from zero.
@@ -430,20 +420,4 @@ type countingPublisher struct {
 func (p *countingPublisher) PublishBatch(ctx context.Context, msgs []broker.Outgoing) ([]error, error) {
 	p.n.Add(int64(len(msgs)))
 	return p.Publisher.PublishBatch(ctx, msgs)
-}
-
-// beamPID is the pid of the RabbitMQ node on this host (its beam.smp), 0
-// when there is none.
-func beamPID() int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if comm, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "beam.smp" {
-			return pid
-		}
-	}
-	return 0
 }
