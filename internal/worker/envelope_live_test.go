@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/internal/worker"
+	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
@@ -107,4 +109,71 @@ func TestEnvelopeKilledMidwayIsSplitAndNothingSentTwice(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "every copy discarded: its reminder is delivered")
 	require.Len(t, b.sms.Attempts(), 10, "nothing sent twice")
 	require.Len(t, b.sms.Messages(), 10)
+}
+
+// byID answers per reminder: the errors of errs[id] in turn, then the
+// wrapped sender's answer.
+type byID struct {
+	provider.Sender
+	mu   sync.Mutex
+	errs map[int64][]error
+}
+
+func (s *byID) Send(ctx context.Context, m provider.Message) (string, error) {
+	s.mu.Lock()
+	var err error
+	if q := s.errs[m.ReminderID]; len(q) > 0 {
+		err, s.errs[m.ReminderID] = q[0], q[1:]
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	return s.Sender.Send(ctx, m)
+}
+
+// Issue 18, on the real services: in one envelope, a reminder the provider
+// answers 503 once, one it refuses for good, one canceled while the
+// envelope waits and one whose deadline passes meanwhile each end as they
+// would alone (retried through a single message, then delivered; failed;
+// canceled; expired), beside one plainly delivered.
+func TestEnvelopeEntriesEndAsTheyWouldAloneLive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	ids := map[string]int64{}
+	for _, k := range []string{"ok", "retry", "fail", "cancel"} {
+		ids[k] = b.schedule(t, k, time.Hour)
+	}
+	ids["late"] = b.schedule(t, "late", 2*time.Second)
+	b.disp.Config.EnvelopeSize = 10
+	b.dispatch(t) // one envelope of five
+	ctx := context.Background()
+	st, err := intake.Cancel(ctx, b.db.Pool, "acme", "cancel", "app", "learner unsubscribed")
+	require.NoError(t, err)
+	require.Equal(t, reminder.Canceled, st)
+	b.clock.Advance(3 * time.Second) // past "late"'s deadline
+
+	sender := &byID{Sender: mustSMS(t, b), errs: map[int64][]error{
+		ids["retry"]: {provider.RetryableError("http_503", 0, errors.New("unavailable"))},
+		ids["fail"]:  {provider.PermanentError("http_400", errors.New("bad number"))},
+	}}
+	w2, err := worker.New(worker.Config{Channel: reminder.SMS, BackoffBase: 100 * time.Millisecond}, worker.Deps{
+		AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st, Sender: sender, Keys: b.keys, Clock: b.clock, Log: b.log,
+		Rand: func() float64 { return 0.5 }})
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w2.Run(wctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	b.waitState(t, ids["ok"], reminder.Delivered)
+	r := b.waitState(t, ids["retry"], reminder.Delivered)
+	require.Equal(t, 2, r.Attempts, "retried once, through a message of its own")
+	b.waitState(t, ids["fail"], reminder.Failed)
+	b.waitState(t, ids["late"], reminder.Expired)
+	b.waitState(t, ids["cancel"], reminder.Canceled)
+	require.Len(t, b.sms.Messages(), 2, "ok and retry, once each")
+	c := w2.Counts()
+	require.Equal(t, worker.Counts{Delivered: 2, Retried: 1, Failed: 1, Expired: 1, Superseded: 1}, c)
 }
