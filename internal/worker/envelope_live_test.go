@@ -10,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/provider"
+	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/internal/worker"
 	"github.com/nudgehq/nudge/pkg/intake"
@@ -158,14 +160,7 @@ func TestEnvelopeEntriesEndAsTheyWouldAloneLive(t *testing.T) {
 		ids["retry"]: {provider.RetryableError("http_503", 0, errors.New("unavailable"))},
 		ids["fail"]:  {provider.PermanentError("http_400", errors.New("bad number"))},
 	}}
-	w2, err := worker.New(worker.Config{Channel: reminder.SMS, BackoffBase: 100 * time.Millisecond}, worker.Deps{
-		AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st, Sender: sender, Keys: b.keys, Clock: b.clock, Log: b.log,
-		Rand: func() float64 { return 0.5 }})
-	require.NoError(t, err)
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w2.Run(wctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
+	w2 := b.startWorker(t, sender)
 
 	b.waitState(t, ids["ok"], reminder.Delivered)
 	r := b.waitState(t, ids["retry"], reminder.Delivered)
@@ -176,4 +171,57 @@ func TestEnvelopeEntriesEndAsTheyWouldAloneLive(t *testing.T) {
 	require.Len(t, b.sms.Messages(), 2, "ok and retry, once each")
 	c := w2.Counts()
 	require.Equal(t, worker.Counts{Delivered: 2, Retried: 1, Failed: 1, Expired: 1, Superseded: 1}, c)
+}
+
+// startWorker starts a second SMS worker sending through sender, stopped
+// when the test ends.
+func (b *bundle) startWorker(t *testing.T, sender provider.Sender) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(worker.Config{Channel: reminder.SMS, BackoffBase: 100 * time.Millisecond}, worker.Deps{
+		AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st, Sender: sender, Keys: b.keys, Clock: b.clock, Log: b.log,
+		Rand: func() float64 { return 0.5 }})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	return w
+}
+
+// Issue 18, the rolling upgrade: a worker older than envelopes verifies an
+// envelope, refuses it as malformed (Open is all it has) and dead-letters
+// it whole. Its reminders stay enqueued; once overdue the reconciler
+// republishes each as a single message, which any worker delivers.
+func TestAnEnvelopeAnOldWorkerDeadLettersIsRepublishedByTheReconciler(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	b.stop(t)
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, b.schedule(t, "k"+strconv.Itoa(i), time.Hour))
+	}
+	b.disp.Config.EnvelopeSize = 10
+	b.dispatch(t)
+
+	d := b.getQueued(t)
+	_, err := b.keys.Open(d.Body, d.Headers) // what the old worker calls
+	require.ErrorIs(t, err, message.ErrMalformed)
+	require.NoError(t, d.Ack(false)) // its dead letter published, the old worker acks
+	for _, id := range ids {
+		r, err := intake.Get(context.Background(), b.db.Pool, id)
+		require.NoError(t, err)
+		require.Equal(t, reminder.Enqueued, r.State)
+	}
+
+	rec := &reconcile.Reconciler{Enqueuer: b.disp.Enqueuer, Config: reconcile.Config{Overdue: time.Minute}, Log: b.log}
+	b.clock.Advance(2 * time.Minute)
+	sum, err := rec.Pass(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 3, sum.Republished)
+	w := b.startWorker(t, mustSMS(t, b))
+	for _, id := range ids {
+		b.waitState(t, id, reminder.Delivered)
+	}
+	require.Len(t, b.sms.Attempts(), 3)
+	require.Equal(t, int64(3), w.Counts().Delivered)
 }
