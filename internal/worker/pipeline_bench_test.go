@@ -389,8 +389,12 @@ func runPipeline(b *testing.B, n, k int) {
 		n, k, rate, wall.Round(time.Millisecond), dispElapsed.Round(time.Millisecond), sum.Batches)
 	fmt.Fprintf(&sb, "CPU-s per 1000: go %.3f, pg backends %.3f, RabbitMQ node %.3f (shared); WAL %.0f B/reminder (whole server); deadlocks %d\n",
 		per1k(goCPU), per1k(pgCPU), per1k(mqCPU), walBytes/float64(n), dl1-dl0)
-	fmt.Fprintf(&sb, "envelope size %d: %d messages published by the dispatcher, %.3f per reminder\n",
-		d.Config.EnvelopeSize, counted.n.Load(), float64(counted.n.Load())/float64(n))
+	var frames int64
+	for _, w := range workers {
+		frames += w.Counts().AckFrames
+	}
+	fmt.Fprintf(&sb, "envelope size %d: %d messages published by the dispatcher, %.3f per reminder; %.3f ack frames per reminder\n",
+		d.Config.EnvelopeSize, counted.n.Load(), float64(counted.n.Load())/float64(n), float64(frames)/float64(n))
 	fmt.Fprintf(&sb, "round trips per reminder %.3f, write syscalls per reminder (this process: dispatcher, workers, fake provider) %.2f\n",
 		float64(calls)/float64(n), float64(writes)/float64(n))
 	fmt.Fprintf(&sb, "%-18s %8s %8s %10s %10s %10s\n", "statement", "calls", "prep", "ms total", "ms/call", "calls/rem")
@@ -409,6 +413,7 @@ func runPipeline(b *testing.B, n, k int) {
 	b.ReportMetric(float64(writes)/float64(n), "writes/rem")
 	b.ReportMetric(per1k(mqCPU), "mq-cpu-s/1k")
 	b.ReportMetric(float64(counted.n.Load())/float64(n), "msgs/rem")
+	b.ReportMetric(float64(frames)/float64(n), "ack-frames/rem")
 }
 
 // countingPublisher counts the messages the dispatcher publishes.

@@ -140,6 +140,9 @@ type Counts struct {
 	SlotsMissed int64
 	// Split counts redelivered envelopes republished as single messages.
 	Split int64
+	// AckFrames counts the acknowledgement frames (acks, nacks, rejects)
+	// sent on consume channels.
+	AckFrames int64
 }
 
 // Worker consumes one channel.
@@ -165,7 +168,7 @@ type Worker struct {
 	latency latencies
 	counts  struct {
 		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
-		slotsMissed, split                                                                              atomic.Int64
+		slotsMissed, split, ackFrames                                                                   atomic.Int64
 	}
 }
 
@@ -251,6 +254,7 @@ func (w *Worker) Counts() Counts {
 		Expired: c.expired.Load(), Duplicates: c.duplicates.Load(), Superseded: c.superseded.Load(),
 		Deferred: c.deferred.Load(), DeadLettered: c.dead.Load(), Stale: c.stale.Load(),
 		Quarantined: c.quarantined.Load(), SlotsMissed: c.slotsMissed.Load(), Split: c.split.Load(),
+		AckFrames: c.ackFrames.Load(),
 	}
 }
 
@@ -330,6 +334,7 @@ func (w *Worker) session(ctx context.Context) error {
 	// Every delivery settles through acks, which acknowledges a batch's
 	// contiguous run of the oldest unsettled tags in one frame.
 	acks := newAckWindow(ch)
+	acks.total = &w.counts.ackFrames
 	var (
 		cur    []amqp.Delivery
 		timer  = time.NewTimer(time.Hour)
