@@ -49,7 +49,10 @@ func selfCPU() time.Duration {
 // over NUDGE_BENCH_N (default 10,000) due SMS reminders costs in CPU per
 // 1,000 reminders: this process (claim, sign, publish, record) and the
 // PostgreSQL backends of its pool (from /proc/PID/schedstat), which, unlike
-// its wall-clock rate, hardly move with the machine's other load.
+// its wall-clock rate, hardly move with the machine's other load, and the
+// messages it left in the queue. NUDGE_BENCH_ENVELOPE sets
+// Config.EnvelopeSize (default 1); the RabbitMQ node's CPU is reported when
+// its beam.smp runs on this host (shared with whatever else uses it).
 //
 //	go test ./internal/dispatch -run '^$' -bench RunOnceCPU -benchtime 1x -v
 func BenchmarkRunOnceCPU(b *testing.B) {
@@ -105,7 +108,8 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
 		Store: store.New(pool), Publisher: pub, Keys: bu.keys, Topology: bu.mq.Topology, Clock: clock.Real{},
 		Actor: "bench-dispatcher",
-	}, Log: zerolog.Nop()}
+	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1)}}
+	beam := testenv.BrokerPID()
 
 	pg := func() (sum int64) {
 		mu.Lock()
@@ -115,19 +119,45 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 		}
 		return sum
 	}
-	pg0, self0, wall0 := pg(), selfCPU(), time.Now()
+	pg0, self0, mq0, wall0 := pg(), selfCPU(), testenv.ProcCPU(beam), time.Now()
 	sum, err := d.RunOnce(ctx)
-	pg1, self1, wall := pg(), selfCPU(), time.Since(wall0)
+	pg1, self1, mq1, wall := pg(), selfCPU(), testenv.ProcCPU(beam), time.Since(wall0)
 	if err != nil {
 		b.Fatal(err)
 	}
+	msgs := queued(b, bu.mq.URL, bu.mq.Topology.Queue("sms"))
 	if sum.Enqueued != n {
 		b.Fatalf("enqueued %d of %d: %+v", sum.Enqueued, n, sum)
 	}
 	k := float64(n) / 1000
-	b.Logf("%d reminders in %d batches, %s: CPU-ms per 1,000: dispatcher process %.1f, its PostgreSQL backends %.1f (%d); %.0f reminders/s",
-		n, sum.Batches, wall.Round(time.Millisecond), float64(self1-self0)/1e6/k, float64(pg1-pg0)/1e6/k, len(pids),
-		float64(n)/wall.Seconds())
+	b.Logf("%d reminders in %d batches, %d messages (envelope size %d), %s: CPU-ms per 1,000: dispatcher process %.1f, its PostgreSQL backends %.1f (%d), RabbitMQ node %.1f; %.0f reminders/s",
+		n, sum.Batches, msgs, d.Config.EnvelopeSize, wall.Round(time.Millisecond), float64(self1-self0)/1e6/k, float64(pg1-pg0)/1e6/k, len(pids),
+		float64(mq1-mq0)/float64(time.Millisecond)/k, float64(n)/wall.Seconds())
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// queued is how many messages queue holds.
+func queued(tb testing.TB, url, queue string) int {
+	conn, err := broker.Dial(url, "bench-reader")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return q.Messages
 }
 
 // scheduleFrom schedules count due SMS reminders numbered from off, in four

@@ -82,9 +82,18 @@ type EnqueueResult struct {
 }
 
 // Enqueue publishes every enqueued reminder of claimed (others, such as those
-// the claim expired, are skipped), records one publish confirmation for each
-// batch with confirmed messages, and returns the rest to pending.
+// the claim expired, are skipped) in a message of its own, records one
+// publish confirmation for each batch with confirmed messages, and returns
+// the rest to pending. The reconciler's republishes go through it.
 func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (EnqueueResult, error) {
+	return e.enqueue(ctx, claimed, 1)
+}
+
+// enqueue is Enqueue with up to size reminders of one channel per message
+// (message.Batch; size 1 or less: single-reminder messages). A message's
+// confirm stands for each of its reminders: one that is not confirmed
+// releases them all.
+func (e *Enqueuer) enqueue(ctx context.Context, claimed []store.Claimed, size int) (EnqueueResult, error) {
 	var res EnqueueResult
 	var toPublish []store.Claimed
 	for _, c := range claimed {
@@ -96,35 +105,19 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 		return res, nil
 	}
 	now := e.Clock.Now()
-	msgs := make([]broker.Outgoing, len(toPublish))
-	for i, c := range toPublish {
-		body, headers, err := e.Keys.Seal(message.Envelope{
-			ReminderID: c.ID, Fence: c.Fence, IdempotencyKey: c.IdempotencyKey, Channel: string(c.Channel),
-			Tenant: c.Tenant, Deadline: c.Deadline, Attempt: c.Attempts, FirstSeen: now,
-		})
-		if err != nil {
-			return res, err
-		}
-		msgs[i] = broker.Outgoing{
-			Exchange:   e.Topology.WorkExchange(),
-			RoutingKey: string(c.Channel),
-			Msg: amqp.Publishing{
-				MessageId:   strconv.FormatInt(c.ID, 10) + "-" + strconv.FormatInt(c.Fence, 10),
-				ContentType: "application/json",
-				Timestamp:   now,
-				Headers:     headers,
-				Body:        body,
-			},
-		}
+	msgs, of, err := e.messages(toPublish, size, now)
+	if err != nil {
+		return res, err
 	}
 	results, pubErr := e.Publisher.PublishBatch(ctx, msgs)
 	faults.Inject(faults.DispatcherAfterPublish)
 	var failed []store.Fenced
 	confirmed := map[int64]int{} // batch → confirmed messages
 	var firstErr error
+	ok := func(i int) bool { return pubErr == nil && results[of[i]] == nil }
 	for i, c := range toPublish {
 		f := store.Fenced{ID: c.ID, Fence: c.Fence}
-		if pubErr == nil && results[i] == nil {
+		if ok(i) {
 			res.Enqueued++
 			if c.Batch != 0 {
 				confirmed[c.Batch]++
@@ -135,7 +128,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 		if firstErr == nil {
 			firstErr = pubErr
 			if firstErr == nil {
-				firstErr = results[i]
+				firstErr = results[of[i]]
 			}
 		}
 	}
@@ -149,7 +142,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 			return EnqueueResult{}, err
 		}
 		for i, c := range toPublish {
-			if pubErr == nil && results[i] == nil {
+			if ok(i) {
 				e.Metrics.HopBetween(metrics.HopClaimToEnqueue, string(c.Channel), c.ClaimedAt, at)
 			}
 		}
@@ -173,6 +166,107 @@ func (e *Enqueuer) Enqueue(ctx context.Context, claimed []store.Claimed) (Enqueu
 	return res, nil
 }
 
+// messages seals toPublish into messages: each reminder alone when size is
+// 1 or less, else, channel by channel in claim order, message.Batch
+// envelopes of up to size (at most message.MaxBatchEntries) reminders; a
+// lone reminder still goes alone, and a batch whose body would be too large
+// is cut in two. of[i] is the message that carries toPublish[i].
+func (e *Enqueuer) messages(toPublish []store.Claimed, size int, now time.Time) (msgs []broker.Outgoing, of []int, err error) {
+	size = min(max(size, 1), message.MaxBatchEntries)
+	of = make([]int, len(toPublish))
+	if size == 1 {
+		msgs = make([]broker.Outgoing, len(toPublish))
+		for i, c := range toPublish {
+			if msgs[i], err = e.single(c, now); err != nil {
+				return nil, nil, err
+			}
+			of[i] = i
+		}
+		return msgs, of, nil
+	}
+	byChannel := map[reminder.Channel][]int{}
+	var channels []reminder.Channel
+	for i, c := range toPublish {
+		if _, seen := byChannel[c.Channel]; !seen {
+			channels = append(channels, c.Channel)
+		}
+		byChannel[c.Channel] = append(byChannel[c.Channel], i)
+	}
+	var add func(idx []int) error
+	add = func(idx []int) error {
+		if len(idx) == 1 {
+			m, err := e.single(toPublish[idx[0]], now)
+			of[idx[0]] = len(msgs)
+			msgs = append(msgs, m)
+			return err
+		}
+		m, err := e.batch(toPublish, idx, now)
+		if errors.Is(err, message.ErrTooLarge) {
+			half := len(idx) / 2
+			return errors.Join(add(idx[:half]), add(idx[half:]))
+		}
+		for _, i := range idx {
+			of[i] = len(msgs)
+		}
+		msgs = append(msgs, m)
+		return err
+	}
+	for _, ch := range channels {
+		idx := byChannel[ch]
+		for start := 0; start < len(idx); start += size {
+			if err := add(idx[start:min(start+size, len(idx))]); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return msgs, of, nil
+}
+
+// single is the message of one reminder.
+func (e *Enqueuer) single(c store.Claimed, now time.Time) (broker.Outgoing, error) {
+	body, headers, err := e.Keys.Seal(message.Envelope{
+		ReminderID: c.ID, Fence: c.Fence, IdempotencyKey: c.IdempotencyKey, Channel: string(c.Channel),
+		Tenant: c.Tenant, Deadline: c.Deadline, Attempt: c.Attempts, FirstSeen: now,
+	})
+	if err != nil {
+		return broker.Outgoing{}, err
+	}
+	return e.outgoing(c.Channel, strconv.FormatInt(c.ID, 10)+"-"+strconv.FormatInt(c.Fence, 10), headers, body, now), nil
+}
+
+// batch is the message.Batch of the reminders toPublish[idx] (of one channel).
+func (e *Enqueuer) batch(toPublish []store.Claimed, idx []int, now time.Time) (broker.Outgoing, error) {
+	first := toPublish[idx[0]]
+	b := message.Batch{Channel: string(first.Channel), FirstSeen: now, Entries: make([]message.Entry, len(idx))}
+	for j, i := range idx {
+		c := &toPublish[i]
+		b.Entries[j] = message.Entry{ReminderID: c.ID, Fence: c.Fence, IdempotencyKey: c.IdempotencyKey,
+			Tenant: c.Tenant, Deadline: c.Deadline, Attempt: c.Attempts}
+	}
+	body, headers, err := e.Keys.SealBatch(b)
+	if err != nil {
+		return broker.Outgoing{}, err
+	}
+	// Unique among the messages of a publish (the publisher matches returns
+	// by it): the first reminder at its fence, and how many follow.
+	id := "b" + strconv.FormatInt(first.ID, 10) + "-" + strconv.FormatInt(first.Fence, 10) + "-" + strconv.Itoa(len(idx))
+	return e.outgoing(first.Channel, id, headers, body, now), nil
+}
+
+func (e *Enqueuer) outgoing(ch reminder.Channel, id string, headers map[string]any, body []byte, now time.Time) broker.Outgoing {
+	return broker.Outgoing{
+		Exchange:   e.Topology.WorkExchange(),
+		RoutingKey: string(ch),
+		Msg: amqp.Publishing{
+			MessageId:   id,
+			ContentType: "application/json",
+			Timestamp:   now,
+			Headers:     headers,
+			Body:        body,
+		},
+	}
+}
+
 // Config tunes a dispatcher run.
 type Config struct {
 	// Batch is how many reminders one claim takes. Zero value: 500.
@@ -184,6 +278,13 @@ type Config struct {
 	// plus the slowest batch so far would pass it. Keep it below the
 	// CronJob's activeDeadlineSeconds. Zero value: 4 minutes.
 	Budget time.Duration
+	// EnvelopeSize is how many reminders of one channel one message carries
+	// (a message.Batch envelope, at most message.MaxBatchEntries): one
+	// publish, confirm, delivery and ack for that many. Workers older than
+	// envelopes dead-letter them (the reconciler then republishes each
+	// reminder once it is overdue), so raise it only once every worker is
+	// upgraded (docs/deploy.md). Zero value: 1, a message per reminder.
+	EnvelopeSize int
 }
 
 // WithDefaults returns c with each zero (or negative) field set to its
@@ -199,6 +300,7 @@ func (c Config) WithDefaults() Config {
 	if c.Budget <= 0 {
 		c.Budget = 4 * time.Minute
 	}
+	c.EnvelopeSize = min(max(c.EnvelopeSize, 1), message.MaxBatchEntries)
 	return c
 }
 
@@ -295,7 +397,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			// or database down). This one is claimed: hand it to Enqueue
 			// too, so that what cannot be published goes back to pending now
 			// rather than when its lease expires, and end the pass.
-			res, err2 := d.Enqueue(ctx, claimed)
+			res, err2 := d.enqueue(ctx, claimed, cfg.EnvelopeSize)
 			sum.Enqueued += res.Enqueued
 			sum.Released += res.Released
 			sum.Elapsed = d.Clock.Now().Sub(start)
@@ -303,7 +405,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		}
 		running = make(chan enqueued, 1)
 		go func(claimed []store.Claimed, done chan<- enqueued) {
-			res, err := d.Enqueue(ctx, claimed)
+			res, err := d.enqueue(ctx, claimed, cfg.EnvelopeSize)
 			done <- enqueued{res: res, err: err}
 		}(claimed, running)
 		slowest = max(slowest, d.Clock.Now().Sub(batchStart))

@@ -112,6 +112,17 @@ func TestPublishesSignedPersistentMessagesAndRecordsEnqueued(t *testing.T) {
 
 func TestUnroutablePublishIsReleasedNotEnqueued(t *testing.T) {
 	t.Parallel()
+	for _, size := range []int{1, 50} {
+		t.Run(fmt.Sprintf("envelope size %d", size), func(t *testing.T) {
+			t.Parallel()
+			testUnroutablePublishIsReleased(t, size)
+		})
+	}
+}
+
+// testUnroutablePublishIsReleased: with envelopes, the unrouted envelope
+// releases each of its reminders.
+func testUnroutablePublishIsReleased(t *testing.T, size int) {
 	b := setup(t)
 	// A topology whose email queue was never declared: the exchange exists
 	// and confirms the publish, but nothing routes it.
@@ -125,7 +136,7 @@ func TestUnroutablePublishIsReleasedNotEnqueued(t *testing.T) {
 
 	b.schedule(t, 2, reminder.Email)
 	b.schedule(t, 2, reminder.SMS)
-	sum, err := b.dispatcher(b.mq.URL, topo, clock.Real{}, dispatch.Config{}).RunOnce(context.Background())
+	sum, err := b.dispatcher(b.mq.URL, topo, clock.Real{}, dispatch.Config{EnvelopeSize: size}).RunOnce(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 2, sum.Enqueued)
 	require.Equal(t, 2, sum.Released)
@@ -299,4 +310,55 @@ func TestLoopBacksOffInsteadOfChurningDuringABrokerOutage(t *testing.T) {
 func waitForWaiter(t *testing.T, f *clock.Fake) {
 	t.Helper()
 	require.Eventually(t, func() bool { return f.Waiters() > 0 }, 10*time.Second, time.Millisecond)
+}
+
+// Issue 18: with EnvelopeSize n, a claim batch goes out as message.Batch
+// envelopes of up to n reminders of one channel (a lone one as a single
+// message), each reminder in exactly one message at its current fence, and
+// one publish confirmation records the whole claim batch as before.
+func TestEnvelopesCarryTheClaimBatchPerChannel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.schedule(t, 7, reminder.SMS)
+	b.schedule(t, 3, reminder.Email)
+	sum, err := b.dispatcher(b.mq.URL, b.mq.Topology, clock.Real{}, dispatch.Config{EnvelopeSize: 3}).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 10, sum.Enqueued)
+	batches, messages := b.confirmed(t)
+	require.Equal(t, [2]int{1, 10}, [2]int{batches, messages}, "one confirmation for the claim batch, counting reminders")
+
+	conn, err := broker.Dial(b.mq.URL, "reader")
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	seen := map[int64]int{}
+	sizes := map[string][]int{}
+	for _, queue := range []string{"sms", "email"} {
+		for {
+			d, ok, err := ch.Get(b.mq.Topology.Queue(queue), true)
+			require.NoError(t, err)
+			if !ok {
+				break
+			}
+			envs, batch, err := b.keys.OpenAll(d.Body, d.Headers, nil)
+			require.NoError(t, err)
+			require.Equal(t, len(envs) > 1, batch, "a lone reminder goes in a single message")
+			sizes[queue] = append(sizes[queue], len(envs))
+			for _, env := range envs {
+				require.Equal(t, queue, env.Channel)
+				r, err := intake.Get(context.Background(), b.db.Pool, env.ReminderID)
+				require.NoError(t, err)
+				require.Equal(t, r.Fence, env.Fence)
+				require.Equal(t, r.IdempotencyKey, env.IdempotencyKey)
+				require.Equal(t, r.Deadline.UTC(), env.Deadline.UTC())
+				seen[env.ReminderID]++
+			}
+		}
+	}
+	require.Equal(t, map[string][]int{"sms": {3, 3, 1}, "email": {3}}, sizes)
+	require.Len(t, seen, 10)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "reminder %d", id)
+	}
 }

@@ -30,6 +30,8 @@ func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
 		"how long a claim's rows stay enqueued under its dispatch lease before the reconciler may return unconfirmed ones to pending")
 	fs.DurationVar(&o.Config.Budget, "budget", def.Budget,
 		"time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
+	fs.IntVar(&o.Config.EnvelopeSize, "envelope-size", def.EnvelopeSize,
+		"reminders of one channel per broker message (1 to 100; above 1, batch envelopes that workers before them dead-letter: upgrade every worker first, docs/deploy.md)")
 	fs.DurationVar(&o.Every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
 	fs.StringVar(&o.Pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
 }

@@ -364,14 +364,18 @@ func channelOf(body []byte) string {
 
 // decode decodes body strictly: one JSON object of Envelope's fields and
 // nothing after it.
-func decode(body []byte, env *Envelope) error {
+func decode(body []byte, env *Envelope) error { return decodeStrict(body, env) }
+
+// decodeStrict decodes body into v strictly: one JSON object of v's fields
+// and nothing after it.
+func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(env); err != nil {
+	if err := dec.Decode(v); err != nil {
 		return err
 	}
 	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
-		return fmt.Errorf("%d bytes after the envelope", len(rest))
+		return fmt.Errorf("%d bytes after the message", len(rest))
 	}
 	return nil
 }
@@ -393,13 +397,19 @@ func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err e
 		return nil, nil, fmt.Errorf("encoding message for reminder %d: %w: %d bytes, the limit is %d",
 			env.ReminderID, ErrTooLarge, len(body), MaxBodyBytes)
 	}
+	return body, k.signed(mk, cached, env.Channel, body), nil
+}
+
+// signed is the headers that sign body with the active key's MAC key mk
+// for channel, which it caches once it has served (unless cached already).
+func (k *Keyring) signed(mk *macKey, cached bool, channel string, body []byte) map[string]any {
 	if !cached {
-		k.keep(k.active, env.Channel, mk)
+		k.keep(k.active, channel, mk)
 	}
-	return body, map[string]any{
+	return map[string]any{
 		HeaderKeyID:     k.active,
 		HeaderSignature: mk.sign(k.active, body),
-	}, nil
+	}
 }
 
 // Open verifies the signature in headers over body and decodes it. The
@@ -408,16 +418,12 @@ func (k *Keyring) Seal(env Envelope) (body []byte, headers map[string]any, err e
 // root secret itself (messages sealed before channel keys existed, queued
 // across the upgrade), a keyring of channel keys does not.
 // A body longer than MaxBodyBytes is refused before anything else
-// (ErrTooLarge).
+// (ErrTooLarge). Open reads single-reminder messages only: a Batch is
+// refused as malformed (OpenAll reads both).
 func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	var env Envelope
 	if len(body) > MaxBodyBytes {
 		return env, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(body), MaxBodyBytes)
-	}
-	kid, _ := headers[HeaderKeyID].(string)
-	sig, _ := headers[HeaderSignature].(string)
-	if kid == "" || sig == "" {
-		return env, ErrUnsigned
 	}
 	// The body is decoded once, before it is verified (it is at most
 	// MaxBodyBytes), because the channel it names picks the key; a body
@@ -428,30 +434,14 @@ func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 	if malformed != nil && channel == "" {
 		channel = channelOf(body) // the decoder stopped before the channel
 	}
-	mk, cached, ok := k.macKeyFor(kid, channel)
-	if !ok {
-		if _, known := k.channelKeys[kid]; known {
-			return Envelope{}, fmt.Errorf("%w %q for channel %q", ErrUnknownKey, kid, channel)
-		}
-		return Envelope{}, fmt.Errorf("%w %q", ErrUnknownKey, kid)
-	}
-	var got [sha256.Size]byte
-	if !decodeSig(&got, sig) {
-		return Envelope{}, ErrBadSignature
-	}
-	legacy := false
-	if mk.verify(kid, body, got[:]) {
-		if !cached {
-			k.keep(kid, channel, mk)
-		}
-	} else {
-		root, isRoot := k.keys[kid]
-		if !isRoot || !hmac.Equal(got[:], mac(root, kid, body)) {
-			return Envelope{}, ErrBadSignature
-		}
-		legacy = true
+	legacy, err := k.verify(body, headers, channel, true)
+	if err != nil {
+		return Envelope{}, err
 	}
 	if malformed != nil {
+		if IsBatch(body) {
+			malformed = errors.New("a batch envelope, which this reader does not take")
+		}
 		return Envelope{}, fmt.Errorf("%w: %v", ErrMalformed, malformed)
 	}
 	if env.ReminderID <= 0 || env.Channel == "" {
@@ -461,6 +451,38 @@ func (k *Keyring) Open(body []byte, headers map[string]any) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: channel %q, signed for %q", ErrBadSignature, env.Channel, channel)
 	}
 	return env, nil
+}
+
+// verify checks the signature in headers over body with kid's key for
+// channel (or, when allowLegacy, the key id's root secret itself: legacy).
+func (k *Keyring) verify(body []byte, headers map[string]any, channel string, allowLegacy bool) (legacy bool, err error) {
+	kid, _ := headers[HeaderKeyID].(string)
+	sig, _ := headers[HeaderSignature].(string)
+	if kid == "" || sig == "" {
+		return false, ErrUnsigned
+	}
+	mk, cached, ok := k.macKeyFor(kid, channel)
+	if !ok {
+		if _, known := k.channelKeys[kid]; known {
+			return false, fmt.Errorf("%w %q for channel %q", ErrUnknownKey, kid, channel)
+		}
+		return false, fmt.Errorf("%w %q", ErrUnknownKey, kid)
+	}
+	var got [sha256.Size]byte
+	if !decodeSig(&got, sig) {
+		return false, ErrBadSignature
+	}
+	if mk.verify(kid, body, got[:]) {
+		if !cached {
+			k.keep(kid, channel, mk)
+		}
+		return false, nil
+	}
+	root, isRoot := k.keys[kid]
+	if !allowLegacy || !isRoot || !hmac.Equal(got[:], mac(root, kid, body)) {
+		return false, ErrBadSignature
+	}
+	return true, nil
 }
 
 // SignForTest returns headers carrying a valid signature of body by the

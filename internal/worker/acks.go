@@ -3,6 +3,7 @@ package worker
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -26,6 +27,8 @@ type ackWindow struct {
 	open []uint64
 	// frames counts the acknowledgement frames sent, for tests and benchmarks.
 	frames int
+	// total, when set, counts them too, across the worker's sessions (Counts.AckFrames).
+	total *atomic.Int64
 }
 
 func newAckWindow(ch amqp.Acknowledger) *ackWindow { return &ackWindow{ch: ch} }
@@ -52,6 +55,9 @@ func (a *ackWindow) forget(tags ...uint64) {
 // it) and forgets what it settles; the caller holds mu.
 func (a *ackWindow) settled(tag uint64, multiple bool) {
 	a.frames++
+	if a.total != nil {
+		a.total.Add(1)
+	}
 	if multiple {
 		i, _ := slices.BinarySearch(a.open, tag+1)
 		a.open = slices.Delete(a.open, 0, i)

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -104,34 +105,83 @@ func deliveryCount(d amqp.Delivery) int64 {
 	return 0
 }
 
+// opened is what opening a delivery gave: its reminders envs[from:to] of
+// the batch's envelopes, or the error.
+type opened struct {
+	from, to int
+	batch    bool
+	err      error
+}
+
+// open verifies and decodes the deliveries of a batch, the reminders of
+// every one in one slice.
+func (w *Worker) open(batch []amqp.Delivery) (envs []message.Envelope, ops []opened) {
+	envs = make([]message.Envelope, 0, len(batch))
+	ops = make([]opened, len(batch))
+	for i, d := range batch {
+		op := &ops[i]
+		op.from = len(envs)
+		envs, op.batch, op.err = w.keys.OpenAll(d.Body, d.Headers, envs)
+		op.to = len(envs)
+		if op.err == nil && op.batch && envs[op.from].Channel != string(w.cfg.Channel) {
+			// Another channel's envelope: dead-lettered whole (this worker
+			// may not hold the keys to seal its entries alone).
+			envs, op.to = envs[:op.from], op.from
+		}
+	}
+	return envs, ops
+}
+
 func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
-	items := make([]*item, 0, len(batch))
-	all := make([]item, len(batch)) // one allocation for the batch's items
+	envs, ops := w.open(batch)
+	n := 0
+	for _, op := range ops {
+		n += max(1, op.to-op.from)
+	}
+	items := make([]*item, 0, n)
+	all := make([]item, n) // one allocation for the batch's items
 	var dead []*item
+	var envelopes []*envelopeAck
 	defer func() {
 		if p := recover(); p != nil {
 			// A bug met this batch. Give the messages back (a redelivery is
-			// processed alone, and one that keeps failing is quarantined).
+			// processed alone, and one that keeps failing is quarantined;
+			// an envelope's is split).
 			w.log.Error().Interface("panic", p).Int("batch", len(batch)).Msg("processing panicked; returning the batch")
 			giveBack(append(items, dead...))
+			for _, g := range envelopes {
+				g.abort()
+			}
 		}
 	}()
+	next := 0
 	for i, d := range batch {
-		it := &all[i]
-		it.d = d
-		env, err := w.keys.Open(d.Body, d.Headers)
-		if err == nil {
-			it.env = env
+		op := ops[i]
+		if op.batch && op.to > op.from && d.Redelivered {
+			w.split(ctx, d, envs[op.from:op.to])
+			continue
 		}
-		switch v := onReceive(err, env, w.cfg.Channel, deliveryCount(d), w.cfg.PoisonAfter); v.kind {
-		case kindDeadLetter:
-			w.deadLetter(ctx, it, v)
-			dead = append(dead, it)
-		case kindQuarantine:
-			w.quarantine(ctx, it, v)
-			dead = append(dead, it)
-		default:
-			items = append(items, it)
+		var g *envelopeAck
+		if op.batch && op.to > op.from {
+			g = newEnvelopeAck(d, op.to-op.from)
+			envelopes = append(envelopes, g)
+		}
+		for j := op.from; j < max(op.to, op.from+1); j++ {
+			it := &all[next]
+			next++
+			it.d = d
+			var env message.Envelope
+			if op.err == nil && j < op.to {
+				env = envs[j]
+				it.env = env
+			} else if op.err == nil {
+				// Another channel's envelope: its reminders are not read.
+				env.Channel = channelOfBatch(d.Body)
+			}
+			if g != nil {
+				it.d.Acknowledger = g
+			}
+			w.receive(ctx, it, op.err, env, &items, &dead)
 		}
 	}
 	if len(items) > 0 {
@@ -145,6 +195,30 @@ func (w *Worker) processIsolated(ctx context.Context, batch []amqp.Delivery) {
 		}
 	}
 	w.settle(ctx, append(items, dead...))
+}
+
+// receive judges an item before its row is read: dead-lettered or
+// quarantined now (to dead), or on to the batch's items.
+func (w *Worker) receive(ctx context.Context, it *item, openErr error, env message.Envelope, items, dead *[]*item) {
+	switch v := onReceive(openErr, env, w.cfg.Channel, deliveryCount(it.d), w.cfg.PoisonAfter); v.kind {
+	case kindDeadLetter:
+		w.deadLetter(ctx, it, v)
+		*dead = append(*dead, it)
+	case kindQuarantine:
+		w.quarantine(ctx, it, v)
+		*dead = append(*dead, it)
+	default:
+		*items = append(*items, it)
+	}
+}
+
+// channelOfBatch is the channel a verified envelope names.
+func channelOfBatch(body []byte) string {
+	var b struct {
+		Channel string `json:"channel"`
+	}
+	_ = json.Unmarshal(body, &b)
+	return b.Channel
 }
 
 // sendPaced sends claimed attempts at their reserved slots, records the

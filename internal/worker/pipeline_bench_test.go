@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +45,10 @@ import (
 //
 //	go test ./internal/worker -run '^$' -bench Pipeline -benchtime 1x -v
 //
+// NUDGE_BENCH_ENVELOPE sets the dispatcher's EnvelopeSize (default 1:
+// a message per reminder); the broker messages the dispatcher published per
+// reminder and the RabbitMQ node's CPU (its beam.smp on this host, shared
+// with whatever else uses the node) are reported beside the rest.
 // NUDGE_BENCH_SENDER=nop replaces the HTTP hop to the fake provider with an
 // in-process sink; NUDGE_BENCH_CPUPROFILE=FILE writes a CPU profile of the
 // measured window only (seeding excluded).
@@ -142,17 +147,7 @@ func (t *tracer) reset() {
 }
 
 // procCPU is the user+system CPU time of a process, from /proc.
-func procCPU(pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
-}
+func procCPU(pid int) time.Duration { return testenv.ProcCPU(pid) }
 
 // selfWrites is how many write syscalls this process made, from /proc.
 func selfWrites() int64 {
@@ -267,10 +262,12 @@ func runPipeline(b *testing.B, n, k int) {
 	}
 	pub := broker.NewPublisher(mq.URL, topo, topo.Prefix+"-dispatcher")
 	defer pub.Close()
+	counted := &countingPublisher{Publisher: pub}
 	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
-		Store: store.New(newPool()), Publisher: pub, Keys: keys, Topology: topo, Clock: clock.Real{},
+		Store: store.New(newPool()), Publisher: counted, Keys: keys, Topology: topo, Clock: clock.Real{},
 		Actor: "bench-dispatcher",
-	}, Log: zerolog.Nop()}
+	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1)}}
+	beam := testenv.BrokerPID()
 
 	// Backends serving this run: the pools open their connections lazily,
 	// and one opened during the run counts from zero.
@@ -310,7 +307,7 @@ func runPipeline(b *testing.B, n, k int) {
 			b.Fatal(err)
 		}
 	}
-	cpu0, t0, w0 := selfCPU(), time.Now(), selfWrites()
+	cpu0, t0, w0, mq0 := selfCPU(), time.Now(), selfWrites(), procCPU(beam)
 	b.ResetTimer()
 
 	dispErr := make(chan error, 1)
@@ -347,6 +344,7 @@ func runPipeline(b *testing.B, n, k int) {
 	b.StopTimer()
 	goCPU := selfCPU() - cpu0
 	writes := selfWrites() - w0
+	mqCPU := procCPU(beam) - mq0
 	pprof.StopCPUProfile()
 	if dispErr != nil {
 		if err := <-dispErr; err != nil {
@@ -389,8 +387,14 @@ func runPipeline(b *testing.B, n, k int) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nN=%d workers=%d rate=%.0f/s wall=%s dispatcher pass=%s (%d batches)\n",
 		n, k, rate, wall.Round(time.Millisecond), dispElapsed.Round(time.Millisecond), sum.Batches)
-	fmt.Fprintf(&sb, "CPU-s per 1000: go %.3f, pg backends %.3f; WAL %.0f B/reminder (whole server); deadlocks %d\n",
-		per1k(goCPU), per1k(pgCPU), walBytes/float64(n), dl1-dl0)
+	fmt.Fprintf(&sb, "CPU-s per 1000: go %.3f, pg backends %.3f, RabbitMQ node %.3f (shared); WAL %.0f B/reminder (whole server); deadlocks %d\n",
+		per1k(goCPU), per1k(pgCPU), per1k(mqCPU), walBytes/float64(n), dl1-dl0)
+	var frames int64
+	for _, w := range workers {
+		frames += w.Counts().AckFrames
+	}
+	fmt.Fprintf(&sb, "envelope size %d: %d messages published by the dispatcher, %.3f per reminder; %.3f ack frames per reminder\n",
+		d.Config.EnvelopeSize, counted.n.Load(), float64(counted.n.Load())/float64(n), float64(frames)/float64(n))
 	fmt.Fprintf(&sb, "round trips per reminder %.3f, write syscalls per reminder (this process: dispatcher, workers, fake provider) %.2f\n",
 		float64(calls)/float64(n), float64(writes)/float64(n))
 	fmt.Fprintf(&sb, "%-18s %8s %8s %10s %10s %10s\n", "statement", "calls", "prep", "ms total", "ms/call", "calls/rem")
@@ -407,4 +411,18 @@ func runPipeline(b *testing.B, n, k int) {
 	b.ReportMetric(float64(calls)/float64(n), "roundtrips/rem")
 	b.ReportMetric(walBytes/float64(n), "wal-B/rem")
 	b.ReportMetric(float64(writes)/float64(n), "writes/rem")
+	b.ReportMetric(per1k(mqCPU), "mq-cpu-s/1k")
+	b.ReportMetric(float64(counted.n.Load())/float64(n), "msgs/rem")
+	b.ReportMetric(float64(frames)/float64(n), "ack-frames/rem")
+}
+
+// countingPublisher counts the messages the dispatcher publishes.
+type countingPublisher struct {
+	dispatch.Publisher
+	n atomic.Int64
+}
+
+func (p *countingPublisher) PublishBatch(ctx context.Context, msgs []broker.Outgoing) ([]error, error) {
+	p.n.Add(int64(len(msgs)))
+	return p.Publisher.PublishBatch(ctx, msgs)
 }

@@ -20,13 +20,22 @@ import (
 // broker user may write to no other exchange but the dead-letter one.
 func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker.Outgoing {
 	env := it.env
-	env.Fence = fence
 	if it.att.Number != 0 { // claimed: the copy carries its attempt number (else it keeps the message's)
 		env.Attempt = it.att.Number
 	}
+	out, err := w.copyMessage(env, fence, delay)
+	if err != nil {
+		panic(err) // an Envelope this worker opened always encodes
+	}
+	return out
+}
+
+// copyMessage seals env under fence for the retry tier of delay.
+func (w *Worker) copyMessage(env message.Envelope, fence int64, delay time.Duration) (broker.Outgoing, error) {
+	env.Fence = fence
 	body, headers, err := w.keys.Seal(env)
 	if err != nil {
-		panic(err) // an Envelope always encodes
+		return broker.Outgoing{}, err
 	}
 	return broker.Outgoing{
 		Exchange:   w.topo.RetryExchange(string(w.cfg.Channel)),
@@ -38,7 +47,7 @@ func (w *Worker) retryMessage(it *item, fence int64, delay time.Duration) broker
 			Headers:     headers,
 			Body:        body,
 		},
-	}
+	}, nil
 }
 
 // publishRetries puts a copy of each retrying reminder's message in its retry
@@ -87,8 +96,10 @@ func (w *Worker) deferMany(ctx context.Context, its []*item, wait time.Duration)
 // that publish fails it rejects without requeue, so the queue's own
 // dead-letter exchange takes it.
 //
-// Of the incoming headers only the signature's two are kept (the dead-letter
-// tools verify the body with them); every other header came from whoever
+// An entry of an envelope is dead-lettered as a message of its own (sealed
+// here, deadLetterBody), never the envelope. Of the incoming headers only
+// the signature's two are kept (the dead-letter tools verify the body with
+// them); every other header came from whoever
 // published the message and is outside the MAC, so none is copied. The
 // reminder's id, deadline and first-seen time are set only from a verified
 // envelope, and the receive count only from what the broker vouches for.
@@ -98,11 +109,12 @@ func (w *Worker) deferMany(ctx context.Context, its []*item, wait time.Duration)
 // nudgectl show says where its message went and why.
 func (w *Worker) deadLetter(ctx context.Context, it *item, v verdict) {
 	d := it.d
-	headers := amqp.Table{}
-	for _, k := range []string{message.HeaderKeyID, message.HeaderSignature} {
-		if s, ok := d.Headers[k].(string); ok {
-			headers[k] = s
-		}
+	body, headers, id, err := w.deadLetterBody(it)
+	if err != nil {
+		// An entry of an envelope this worker cannot seal alone: give the
+		// envelope back; its redelivery is split into single messages.
+		w.with(w.log.Error().Err(err).Str("reason", v.reason), it).Msg("dead letter not sealed; giving the envelope back")
+		return
 	}
 	headers[message.HeaderReason] = v.reason
 	headers[message.HeaderReceiveCount] = deliveryCount(d) + 1
@@ -117,8 +129,8 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, v verdict) {
 		Exchange:   w.topo.DeadExchange(),
 		RoutingKey: string(w.cfg.Channel),
 		Msg: amqp.Publishing{
-			MessageId: d.MessageId, ContentType: d.ContentType, Timestamp: d.Timestamp,
-			Headers: headers, Body: d.Body,
+			MessageId: id, ContentType: d.ContentType, Timestamp: d.Timestamp,
+			Headers: headers, Body: body,
 		},
 	}
 	if out.Msg.MessageId == "" {
@@ -134,12 +146,24 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, v verdict) {
 		w.noteDeadLettered(ctx, it, v.reason)
 		return
 	}
+	if envelopeOf(it) != nil {
+		// Never reject an envelope for one entry: left unsettled, the
+		// envelope goes back, and its redelivery is split; this reminder's
+		// own message is dead-lettered then.
+		return
+	}
 	if err := d.Reject(false); err == nil {
 		it.settled = rejected
 		w.counts.dead.Add(1)
 		w.m.DeadLettered(string(w.cfg.Channel), code)
 		w.noteDeadLettered(ctx, it, v.reason+" (rejected to the queue's dead-letter exchange: the dead-letter publish failed)")
 	}
+}
+
+// singleID is the message id of reminder env's own message at its fence,
+// as the dispatcher names it.
+func singleID(env message.Envelope) string {
+	return strconv.FormatInt(env.ReminderID, 10) + "-" + strconv.FormatInt(env.Fence, 10)
 }
 
 // noteDeadLettered records in the timeline of the reminder a verified

@@ -26,9 +26,22 @@ import (
 // not-ready, reconnects, re-declares, resumes, and nothing is lost or sent
 // twice (deliveries of the dead channel are never acked on the new one;
 // their redeliveries are absorbed by the fence).
+//
+// Also with envelopes (issue 18); TestEnvelopeKilledMidwayIsSplitAndNothingSentTwice
+// closes the connection while an envelope is surely half done.
 func TestWorkerSurvivesTheBrokerClosingItsConnections(t *testing.T) {
 	t.Parallel()
+	for _, size := range []int{1, 50} {
+		t.Run("envelope size "+strconv.Itoa(size), func(t *testing.T) {
+			t.Parallel()
+			testWorkerSurvivesClosedConnections(t, size)
+		})
+	}
+}
+
+func testWorkerSurvivesClosedConnections(t *testing.T, envelopeSize int) {
 	b := setup(t, worker.Config{})
+	b.disp.Config.EnvelopeSize = envelopeSize
 	require.NoError(t, b.sms.SetConfig(fakesms.Config{Delay: 20 * time.Millisecond}))
 	var ids []int64
 	for i := range 300 {

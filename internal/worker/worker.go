@@ -45,11 +45,15 @@ type Config struct {
 	Name string
 	// Concurrency is how many batches are processed at once. Zero value: 4.
 	Concurrency int
-	// Batch is the most deliveries processed together. Zero value: 50.
+	// Batch is the most deliveries processed together; an envelope
+	// (message.Batch) closes a batch, so one holds at most Batch-1 single
+	// messages and an envelope's reminders. Zero value: 50.
 	Batch int
 	// BatchWait is how long a partial batch waits for more deliveries. Zero value: 10ms.
 	BatchWait time.Duration
-	// Prefetch is the broker's unacked-delivery window. Zero value: Concurrency × Batch × 2.
+	// Prefetch is the broker's unacked-delivery window, in messages: with
+	// envelopes a worker may hold Prefetch × the envelope size reminders.
+	// Zero value: Concurrency × Batch × 2.
 	Prefetch int
 	// SendTimeout bounds one provider call; the reminder's deadline bounds
 	// it too, whichever comes first. Zero value: 30s.
@@ -134,6 +138,11 @@ type Counts struct {
 	// SlotsMissed counts sends that could not start within
 	// ratelimit.SendJitter of their rate-limit slot and reserved another.
 	SlotsMissed int64
+	// Split counts redelivered envelopes republished as single messages.
+	Split int64
+	// AckFrames counts the acknowledgement frames (acks, nacks, rejects)
+	// sent on consume channels.
+	AckFrames int64
 }
 
 // Worker consumes one channel.
@@ -159,7 +168,7 @@ type Worker struct {
 	latency latencies
 	counts  struct {
 		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
-		slotsMissed                                                                                     atomic.Int64
+		slotsMissed, split, ackFrames                                                                   atomic.Int64
 	}
 }
 
@@ -244,7 +253,8 @@ func (w *Worker) Counts() Counts {
 		Delivered: c.delivered.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Expired: c.expired.Load(), Duplicates: c.duplicates.Load(), Superseded: c.superseded.Load(),
 		Deferred: c.deferred.Load(), DeadLettered: c.dead.Load(), Stale: c.stale.Load(),
-		Quarantined: c.quarantined.Load(), SlotsMissed: c.slotsMissed.Load(),
+		Quarantined: c.quarantined.Load(), SlotsMissed: c.slotsMissed.Load(), Split: c.split.Load(),
+		AckFrames: c.ackFrames.Load(),
 	}
 }
 
@@ -324,6 +334,7 @@ func (w *Worker) session(ctx context.Context) error {
 	// Every delivery settles through acks, which acknowledges a batch's
 	// contiguous run of the oldest unsettled tags in one frame.
 	acks := newAckWindow(ch)
+	acks.total = &w.counts.ackFrames
 	var (
 		cur    []amqp.Delivery
 		timer  = time.NewTimer(time.Hour)
@@ -349,7 +360,9 @@ loop:
 			}
 			acks.received(&d)
 			cur = append(cur, d)
-			if len(cur) >= w.cfg.Batch {
+			// An envelope (message.Batch) is a batch of its own: up to
+			// message.MaxBatchEntries reminders, so it goes at once.
+			if len(cur) >= w.cfg.Batch || message.IsBatch(d.Body) {
 				flush()
 			} else if len(cur) == 1 {
 				timer.Reset(w.cfg.BatchWait)
