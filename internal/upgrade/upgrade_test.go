@@ -41,7 +41,10 @@ var (
 	// newArgs are flags only this tree's binaries get, by command: what a
 	// release turns on behind a flag (batch envelopes from the dispatcher,
 	// say) must run beside the old fleet too. Every flag here must exist.
-	newArgs = map[string][]string{}
+	// The new dispatcher starts after the old workers stopped (the order
+	// docs/deploy.md gives), so it publishes envelopes of 20 (the workers'
+	// --batch) beside the old dispatcher's single messages.
+	newArgs = map[string][]string{"dispatcher": {"--envelope-size", "20"}}
 	// A send timeout well above Mailpit's latency on a loaded machine: a
 	// relay that accepted after the worker gave up would be sent twice.
 	workerArgs = []string{"--send-timeout", "5s", "--send-lease", "15s", "--batch", "20", "--concurrency", "2",
