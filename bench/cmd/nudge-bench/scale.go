@@ -62,41 +62,59 @@ type scaleLayout struct {
 // scaleLoadChunk is the rows of one ScaleFill statement; two load at once.
 const scaleLoadChunk = 500_000
 
-// scaleRun builds a control table of controlSize rows and one of size rows,
-// each with two sets of runs×perRun due rows on top, then claims perRun rows
-// per run from each in turn with store.ClaimDue (the dispatcher's
-// statement, one transaction per batch of `batch`): first runs over the
-// clustered sets (they are due earlier), then over the spread ones. Both
-// schemas are dropped on return.
-func scaleRun(ctx context.Context, e *env, claimSQL string, size, controlSize, runs, perRun, batch int) (res scaleResult, err error) {
-	res.Size, res.ControlSize = size, controlSize
-	ctl, err := buildScaleTable(ctx, e, "ScaleFill", controlSize, runs*perRun)
+// tableRun builds, for one size, a control table of controlSize rows and
+// one of size rows (the smallest size is compared with a control of its own
+// size), each with two sets of runs×perRun due rows on top (ScaleFill), and
+// measures on the pair what the sections asked for, in this order: the
+// scrape section's scrapes and passes (before any claim, so that nothing is
+// in flight), then the scale section's claims, perRun rows per run from each
+// in turn with store.ClaimDue (the dispatcher's statement, one transaction
+// per batch of `batch`): first runs over the clustered sets (they are due
+// earlier), then over the spread ones. Both schemas are dropped on return:
+// the scale and scrape sections share every table (build once, measure
+// both, drop once).
+func tableRun(ctx context.Context, e *env, o options, st statements, size, controlSize int, scale, scrape bool) (sc *scaleResult, sr *scrapeResult, built time.Duration, err error) {
+	started := time.Now()
+	due := o.runs * o.scalePerRun
+	ctl, err := buildScaleTable(ctx, e, "ScaleFill", controlSize, due)
 	if err != nil {
-		return res, err
+		return nil, nil, 0, err
 	}
 	defer ctl.close()
-	big, err := buildScaleTable(ctx, e, "ScaleFill", size, runs*perRun)
+	big, err := buildScaleTable(ctx, e, "ScaleFill", size, due)
 	if err != nil {
-		return res, err
+		return nil, nil, 0, err
 	}
 	defer big.close()
-	res.Due, res.TotalBytes, res.Load, res.Index = big.due, big.totalBytes, big.load, big.index
-	if res.ControlPlan, err = ctl.explainClaim(ctx, claimSQL, batch); err != nil {
-		return res, err
+	built = time.Since(started)
+	if scrape {
+		r, err := scrapeRun(ctx, st, ctl, big, size, o.batch)
+		if err != nil {
+			return nil, nil, built, err
+		}
+		sr = &r
 	}
-	if res.Plan, err = big.explainClaim(ctx, claimSQL, batch); err != nil {
-		return res, err
+	if !scale {
+		return nil, sr, built, nil
+	}
+	res := scaleResult{Size: size, ControlSize: controlSize}
+	res.Due, res.TotalBytes, res.Load, res.Index = big.due, big.totalBytes, big.load, big.index
+	if res.ControlPlan, err = ctl.explainClaim(ctx, st.claim, o.batch); err != nil {
+		return nil, sr, built, err
+	}
+	if res.Plan, err = big.explainClaim(ctx, st.claim, o.batch); err != nil {
+		return nil, sr, built, err
 	}
 	for _, l := range []struct{ ctl, big *scaleLayout }{
 		{&res.ControlClustered, &res.Clustered}, {&res.ControlSpread, &res.Spread},
 	} {
-		for range runs {
-			if err := claimAlternately(ctx, perRun, batch, []*scaleTable{ctl, big}, []*scaleLayout{l.ctl, l.big}); err != nil {
-				return res, err
+		for range o.runs {
+			if err := claimAlternately(ctx, o.scalePerRun, o.batch, []*scaleTable{ctl, big}, []*scaleLayout{l.ctl, l.big}); err != nil {
+				return nil, sr, built, err
 			}
 		}
 	}
-	return res, nil
+	return &res, sr, built, nil
 }
 
 // scaleTable is one built table in a schema of its own.
@@ -104,6 +122,7 @@ type scaleTable struct {
 	pool        *pgxpool.Pool
 	drop        func()
 	now         time.Time // the claims' cutoff
+	perSet      int       // due rows in each set
 	due         int       // both sets
 	totalBytes  int64
 	load, index time.Duration
@@ -111,13 +130,13 @@ type scaleTable struct {
 
 // buildScaleTable migrates a new schema and fills its reminders table with
 // size rows terminal or due later and two sets of `due` rows due, with the
-// statement named fill (ScaleFill, ScrapeFill).
+// statement named fill (ScaleFill).
 func buildScaleTable(ctx context.Context, e *env, fill string, size, due int) (_ *scaleTable, err error) {
 	name, drop, err := e.newSchema(ctx, "bench_scale")
 	if err != nil {
 		return nil, err
 	}
-	t := &scaleTable{drop: drop, now: time.Now()}
+	t := &scaleTable{drop: drop, now: time.Now(), perSet: due}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -350,13 +369,13 @@ func inParallel(ctx context.Context, pool *pgxpool.Pool, width int, jobs []func(
 		wg.Go(func() {
 			c, err := pool.Acquire(ctx)
 			if err != nil {
-				fail(fmt.Errorf("scale: acquiring a connection: %w", err))
+				fail(fmt.Errorf("acquiring a connection: %w", err))
 				return
 			}
 			defer c.Release()
 			for _, q := range setup {
 				if _, err := c.Exec(ctx, q); err != nil {
-					fail(fmt.Errorf("scale: %s: %w", q, err))
+					fail(fmt.Errorf("%s: %w", q, err))
 					return
 				}
 			}
