@@ -137,14 +137,15 @@ SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
 
 -- name: ScaleUniqueConstraints
 -- The unique constraints of reminders (their indexes are built after the load).
-SELECT conname, pg_get_constraintdef(oid)
+SELECT conname, pg_get_constraintdef(oid), NULL::text
   FROM pg_constraint WHERE conrelid = 'reminders'::regclass AND contype = 'u'
  ORDER BY conname;
 
 -- name: ScaleSecondaryIndexes
 -- The other indexes of reminders except the primary key (kept: the identity
--- appends to it cheaply, and delivery_attempts references it).
-SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+-- appends to it cheaply, and delivery_attempts references it), with the
+-- predicate of a partial one.
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid)
   FROM pg_index i
  WHERE i.indrelid = 'reminders'::regclass AND NOT i.indisprimary
    AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
