@@ -196,6 +196,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	defer dropSeedTemplates()
 	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}, tuned: map[int][]riverResult{}, spent: map[string]time.Duration{}}
 	start := time.Now()
 	mark := time.Now()

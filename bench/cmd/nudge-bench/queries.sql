@@ -239,3 +239,16 @@ SELECT nudge_schedule($1, $2, $3, $4, $5, $6::jsonb, $7, $8);
 
 -- name: ReminderCount
 SELECT count(*) FROM reminders;
+
+-- -------------------------------------------------------------- seeding
+
+-- name: SeedCopy
+-- An end-to-end run's reminders, copied from the template schema the intake
+-- seeded once for this N (setupNudge): the same rows and their "scheduled"
+-- events, in the same order, without the intake's per-row work. The
+-- template's name is %s (quoted by the caller); the identities go on where
+-- the template's stop.
+INSERT INTO reminders OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminders ORDER BY id;
+INSERT INTO reminder_events OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminder_events ORDER BY id;
+SELECT setval(pg_get_serial_sequence('reminders', 'id'), (SELECT max(id) FROM reminders));
+SELECT setval(pg_get_serial_sequence('reminder_events', 'id'), (SELECT max(id) FROM reminder_events));
