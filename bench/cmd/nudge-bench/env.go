@@ -231,3 +231,39 @@ func loadAvg() float64 {
 	v, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
 	return v
 }
+
+// cpuPressure is the "some" total of /proc/pressure/cpu (PSI): the time
+// during which at least one runnable task of the machine waited for a CPU;
+// ok is false without PSI.
+func cpuPressure() (d time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return 0, false
+	}
+	for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
+		if v, found := strings.CutPrefix(f, "total="); found {
+			us, err := strconv.ParseInt(v, 10, 64)
+			return time.Duration(us) * time.Microsecond, err == nil
+		}
+	}
+	return 0, false
+}
+
+// runDelay is the time this process's threads have spent runnable but
+// waiting for a CPU (the second field of /proc/PID/task/TID/schedstat),
+// summed over the threads alive now.
+func runDelay() time.Duration {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", t.Name(), "schedstat"))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,6 +67,45 @@ type latencyResult struct {
 	FirstDue, LastTerminal time.Time
 	CPU                    cpuTicks
 	WAL                    walUsage
+	// Machine is how busy the machine was over the run (from the move of
+	// the stream until every reminder was terminal).
+	Machine machineLoad
+}
+
+// machineLoad says whether a run's latencies are the machine's: Pressure
+// is the share of the run's wall time during which some runnable task
+// waited for a CPU (PSI "some", -1 without PSI), RunDelay the time this
+// process's threads (dispatcher, workers, fake provider) waited runnable
+// for a CPU, per second of the run, and Load the 1-minute load average at
+// the run's end.
+type machineLoad struct {
+	Pressure float64
+	RunDelay time.Duration
+	Load     float64
+}
+
+type machineMark struct {
+	at       time.Time
+	pressure time.Duration
+	psi      bool
+	delay    time.Duration
+}
+
+func markMachine() machineMark {
+	p, ok := cpuPressure()
+	return machineMark{at: time.Now(), pressure: p, psi: ok, delay: runDelay()}
+}
+
+func (m machineMark) since() machineLoad {
+	wall := time.Since(m.at)
+	out := machineLoad{Pressure: -1, Load: loadAvg()}
+	if p, ok := cpuPressure(); ok && m.psi && wall > 0 {
+		out.Pressure = float64(p-m.pressure) / float64(wall)
+	}
+	if wall > 0 {
+		out.RunDelay = time.Duration(float64(runDelay()-m.delay) / wall.Seconds())
+	}
+	return out
 }
 
 // latencyRun seeds rate×dur SMS reminders that become due one after the
@@ -107,7 +147,8 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	if err != nil {
 		return res, err
 	}
-	sender, closeSink, err := fakeSMS()
+	var sent atomic.Int64
+	sender, closeSink, err := fakeSMS(&sent)
 	if err != nil {
 		return res, err
 	}
@@ -133,6 +174,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 		return res, err
 	}
 	cpu0 := readCPU()
+	mach := markMachine()
 	d, pub := s.dispatcher(e, keys, m)
 	defer pub.Close()
 	d.AfterRun = func(ctx context.Context, _ dispatch.Summary, err error) {
@@ -147,13 +189,18 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	defer stopDispatcher()
 
 	timeout := time.After(limit)
+	var polled time.Time
+	terminal := 0
 	for {
-		var past, terminal int
-		if err := s.pool.QueryRow(ctx, stmt("StateCounts")).Scan(&past, &terminal); err != nil {
-			return res, fmt.Errorf("polling progress: %w", err)
-		}
-		if terminal >= res.N {
-			break
+		if pollDB(&sent, res.N, polled) {
+			polled = time.Now()
+			var past int
+			if err := s.pool.QueryRow(ctx, stmt("StateCounts")).Scan(&past, &terminal); err != nil {
+				return res, fmt.Errorf("polling progress: %w", err)
+			}
+			if terminal >= res.N {
+				break
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -164,6 +211,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 		}
 	}
 	stopDispatcher()
+	res.Machine = mach.since()
 	res.CPU = readCPU().sub(cpu0)
 	if res.WAL, err = wal0.since(ctx, s.pool); err != nil {
 		return res, err

@@ -40,7 +40,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/internal/testenv"
 )
 
@@ -59,6 +58,7 @@ type options struct {
 	scaleSizes          []int
 	scrapeSizes         []int
 	scalePerRun, batch  int
+	controlSize         int
 	procN, procPrefetch int
 	planningN           int
 }
@@ -84,8 +84,9 @@ func main() {
 	flag.Float64Var(&o.latencyRate, "latency-rate", 0, "latency runs offer this many reminders/s instead (0: -latency-load)")
 	flag.DurationVar(&o.latencyFor, "latency-for", 12*time.Second, "how long the stream of a latency run lasts")
 	flag.DurationVar(&o.latencyEvery, "latency-every", 100*time.Millisecond, "the dispatcher's --every during latency runs")
-	flag.StringVar(&sizes, "scale-sizes", "10000,1000000,10000000", "table sizes of the claim-rate-at-scale runs: rows terminal or due later, besides the due rows claimed")
-	flag.StringVar(&scrapeSizes, "scrape-sizes", "10000,10000000", "table sizes of the scrape-and-pass runs: pending reminders scheduled from tomorrow on, besides a backlog of 1,000 due")
+	flag.StringVar(&sizes, "scale-sizes", "10000,1000000,10000000", "table sizes of the claim-rate-at-scale runs: rows scheduled for later, besides the due rows claimed")
+	flag.StringVar(&scrapeSizes, "scrape-sizes", "10000,1000000,10000000", "table sizes of the scrape-and-pass runs (on the scale section's tables, built once for both): pending reminders scheduled from tomorrow on, besides the due sets, of which a backlog of 1,000 is due at the scrape's clock")
+	flag.IntVar(&o.controlSize, "control-size", 10000, "rows of the control table built beside every scale and scrape table (scheduled for later, besides the due sets, as the table's)")
 	flag.IntVar(&o.scalePerRun, "scale-claims", 5000, "rows claimed per scale run and layout (every table holds 2 × -runs times as many due rows on top of its size)")
 	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
 	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
@@ -195,6 +196,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	defer dropSeedTemplates()
 	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}, tuned: map[int][]riverResult{}, spent: map[string]time.Duration{}}
 	start := time.Now()
 	mark := time.Now()
@@ -319,8 +321,12 @@ func run(ctx context.Context, o options) error {
 				return fmt.Errorf("latency at %.0f/s: %w", rate, err)
 			}
 			et := lr.Hops[hopEnqueueToTerminal]
-			fmt.Printf("  latency, %d workers, offered %.0f/s, achieved %.0f/s: enqueue-to-terminal p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max)
+			fmt.Printf("  latency, %d workers, offered %.0f/s, achieved %.0f/s: enqueue-to-terminal p50 %.1f ms, p99 %.1f ms, max %.1f ms (CPU pressure %.0f%%, harness waited %s/s for a CPU, load %.1f)\n",
+				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max, 100*lr.Machine.Pressure, lr.Machine.RunDelay.Round(time.Millisecond), lr.Machine.Load)
+			for _, h := range latencyHops {
+				x := lr.Hops[h]
+				fmt.Printf("    %-20s p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms\n", h, x.P50, x.P99, x.Max)
+			}
 			r.latency = append(r.latency, lr)
 			lap("latency")
 		}
@@ -355,37 +361,46 @@ func run(ctx context.Context, o options) error {
 			lap("procs")
 		}
 	}
-	if o.sections["scale"] {
-		fmt.Printf("scale (%s)\n", time.Since(start).Round(time.Second))
-		claimSQL, err := storeStatement(o.repo, "ClaimDue")
+	if o.sections["scale"] || o.sections["scrape"] {
+		// The two sections share every table: build once, measure both, drop once.
+		fmt.Printf("scale and scrape tables (%s)\n", time.Since(start).Round(time.Second))
+		st, err := loadStatements(o.repo)
 		if err != nil {
 			return err
 		}
-		for _, size := range o.scaleSizes {
-			sr, err := scaleRun(ctx, e, claimSQL, size, slices.Min(o.scaleSizes), o.runs, o.scalePerRun, o.batch)
+		sizes := tableSizes(o)
+		for _, size := range sizes {
+			scale := o.sections["scale"] && slices.Contains(o.scaleSizes, size)
+			scrape := o.sections["scrape"] && slices.Contains(o.scrapeSizes, size)
+			sc, sr, built, err := tableRun(ctx, e, o, st, size, o.controlSize, scale, scrape)
 			if err != nil {
-				return fmt.Errorf("scale, %d rows: %w", size, err)
+				return fmt.Errorf("tables, %d rows: %w", size, err)
 			}
-			fmt.Printf("  %d rows (loaded in %s, indexed in %s, %.0f MiB with indexes, claim cost estimate %.0f, JIT %v): claimed rows/s, median, vs the %d-row control: clustered %.0f vs %.0f, spread %.0f vs %.0f\n",
-				size, sr.Load.Round(time.Second), sr.Index.Round(time.Second), float64(sr.TotalBytes)/(1<<20), sr.Plan.Cost, sr.Plan.JIT, sr.ControlSize,
-				summarize(sr.Clustered.Rates).Median, summarize(sr.ControlClustered.Rates).Median,
-				summarize(sr.Spread.Rates).Median, summarize(sr.ControlSpread.Rates).Median)
-			r.scale = append(r.scale, sr)
-			lap("scale")
-		}
-	}
-	if o.sections["scrape"] {
-		fmt.Printf("scrape (%s)\n", time.Since(start).Round(time.Second))
-		for _, size := range o.scrapeSizes {
-			sr, err := scrapeRun(ctx, e, size, o.batch)
-			if err != nil {
-				return fmt.Errorf("scrape, %d rows: %w", size, err)
+			fmt.Printf("  %d rows and the control built in %s\n", size, built.Round(time.Second))
+			if sr != nil {
+				fmt.Printf("  %d rows (%.0f MiB with indexes): scrape %.1f ms (control %.1f), pass %.1f ms (control %.1f) (medians of %d); every open row counted (before 0023) %.1f ms\n",
+					size, float64(sr.TotalBytes)/(1<<20),
+					summarize(sr.ScrapeMs).Median, summarize(sr.CtlScrapeMs).Median,
+					summarize(sr.PassMs).Median, summarize(sr.CtlPassMs).Median, scrapeTimes, summarize(sr.CountMs).Median)
+				for i, pl := range sr.Plans {
+					c := sr.CtlPlans[i]
+					fmt.Printf("    %s: planning %.2f ms (%d hit, %d read) vs control %.2f ms (%d, %d); execution %.2f ms (%d hit, %d read) vs control %.2f ms (%d, %d)\n",
+						pl.Name, pl.PlanningMs, pl.PlanHit, pl.PlanRead, c.PlanningMs, c.PlanHit, c.PlanRead,
+						pl.ExecutionMs, pl.Hit, pl.Read, c.ExecutionMs, c.Hit, c.Read)
+				}
+				if err := writePlans(o, sr); err != nil {
+					return err
+				}
+				r.scrape = append(r.scrape, *sr)
 			}
-			fmt.Printf("  %d rows (loaded in %s, indexed in %s, %.0f MiB with indexes): scrape %.1f ms, pass %.1f ms (medians of %d); every open row counted (before 0023) %.1f ms\n",
-				size, sr.Load.Round(time.Second), sr.Index.Round(time.Second), float64(sr.TotalBytes)/(1<<20),
-				summarize(sr.ScrapeMs).Median, summarize(sr.PassMs).Median, scrapeTimes, summarize(sr.CountMs).Median)
-			r.scrape = append(r.scrape, sr)
-			lap("scrape")
+			if sc != nil {
+				fmt.Printf("  %d rows (loaded in %s, indexed in %s, %.0f MiB with indexes, claim cost estimate %.0f, JIT %v): claimed rows/s, median, vs the %d-row control: clustered %.0f vs %.0f, spread %.0f vs %.0f\n",
+					size, sc.Load.Round(time.Second), sc.Index.Round(time.Second), float64(sc.TotalBytes)/(1<<20), sc.Plan.Cost, sc.Plan.JIT, sc.ControlSize,
+					summarize(sc.Clustered.Rates).Median, summarize(sc.ControlClustered.Rates).Median,
+					summarize(sc.Spread.Rates).Median, summarize(sc.ControlSpread.Rates).Median)
+				r.scale = append(r.scale, *sc)
+			}
+			lap("scale+scrape")
 		}
 	}
 	r.elapsed = time.Since(start)
@@ -398,7 +413,7 @@ func run(ctx context.Context, o options) error {
 // spentLine lists the wall time by section, in the order they run.
 func (r results) spentLine() string {
 	var parts []string
-	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "planning", "scale", "scrape"} {
+	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "planning", "scale+scrape"} {
 		if d, ok := r.spent[s]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Second)))
 		}
@@ -406,12 +421,33 @@ func (r results) spentLine() string {
 	return strings.Join(parts, ", ")
 }
 
-// storeStatement reads one of Nudge's own statements from the repository's
-// internal/store/queries.sql (the file the store embeds), for EXPLAIN.
-func storeStatement(repo, name string) (string, error) {
-	src, err := os.ReadFile(filepath.Join(repo, "internal", "store", "queries.sql"))
-	if err != nil {
-		return "", fmt.Errorf("reading the store's statements: %w", err)
+// tableSizes are the sizes of the tables the scale and scrape sections
+// build, ascending.
+func tableSizes(o options) []int {
+	var sizes []int
+	if o.sections["scale"] {
+		sizes = append(sizes, o.scaleSizes...)
 	}
-	return sqlfile.Parse("queries.sql", string(src)).Get(name), nil
+	if o.sections["scrape"] {
+		sizes = append(sizes, o.scrapeSizes...)
+	}
+	slices.Sort(sizes)
+	return slices.Compact(sizes)
+}
+
+// writePlans writes the scrape's and the pass's plans on a table and its
+// control next to the CPU profile (bench/out), for reading.
+func writePlans(o options, sr *scrapeResult) error {
+	dir := "out"
+	if o.prof != "" {
+		dir = filepath.Dir(o.prof)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for i, pl := range sr.Plans {
+		fmt.Fprintf(&b, "==== %s, %d rows\n%s\n\n==== %s, control\n%s\n\n", pl.Name, sr.Size, pl.Text, pl.Name, sr.CtlPlans[i].Text)
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("scrape-plans-%d.txt", sr.Size)), []byte(b.String()), 0o644)
 }

@@ -100,26 +100,27 @@ SELECT count(*) FILTER (WHERE state = 'delivered'), min(due_at), max(finished_at
 -- ----------------------------------------------------------------- scale
 
 -- name: ScaleFill
--- Rows @first..@last of a table of @size reminders in all. Two sets of @due
--- rows each are pending and due before @now: the "clustered" set is a block of
--- consecutive ids in the middle of the table (@block onwards), due first,
--- in the two hours before @now; the "spread" set is spread evenly over the
--- rest of the id range, as reminders scheduled on different days are, due in
--- the hour before @now. Of the other rows one in five is pending and due in
--- the next 30 days, the rest terminal (94% delivered, 2% each failed,
--- expired, canceled) over the last 90 days. The idempotency key is a
--- stand-in of the real key's width (the claim returns it and nothing checks
--- it), so the load costs no SHA-256 per row.
+-- Rows @first..@last of a table of @size reminders in all, the one layout
+-- of the scale (claim) and scrape sections, which share each table. Two sets
+-- of @due rows each are pending SMS due before @now: the "clustered" set is
+-- a block of consecutive ids in the middle of the table (@block onwards), due
+-- first, one after the other over the 50 minutes from two hours before @now
+-- (the scrape's backlog is its first rows: the scrape's clock stops where
+-- they end); the "spread" set is spread evenly over the rest of the id range,
+-- as reminders scheduled on different days are, due in the hour before
+-- @now. Every other row is pending and scheduled for later, over the 30 days
+-- after tomorrow (as a SaaS that schedules ahead holds them: issue 18),
+-- channels alternating: in the claim's partial index past its cutoff, in no
+-- index of work. The idempotency key is a stand-in of the real key's width
+-- (the claim returns it and nothing checks it), so the load costs no SHA-256
+-- per row.
 INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                       state, fence, attempts, enqueued_at, created_at, updated_at, finished_at)
-SELECT 'tenant-' || (i % 16), 'scale:' || i, 'sms', '+1415' || lpad((i % 10000000)::text, 7, '0'),
+                       state, created_at, updated_at)
+SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
+       CASE WHEN t.channel = 'sms' THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
        'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
        CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
-       'nudge-' || lpad(to_hex(i), 64, '0'), t.state,
-       CASE WHEN t.state = 'pending' THEN 0 ELSE 3 END, CASE WHEN t.state = 'pending' THEN 0 ELSE 1 END,
-       CASE WHEN t.state = 'pending' THEN NULL ELSE t.due_at END,
-       t.due_at - interval '1 day', t.due_at,
-       CASE WHEN t.state = 'pending' THEN NULL ELSE t.due_at + interval '2 seconds' END
+       'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz - interval '1 day', @now::timestamptz - interval '1 day'
   FROM generate_series(@first::bigint, @last::bigint) AS i,
        -- j numbers the rows outside the block 1..@size-@due
        LATERAL (SELECT i >= @block::bigint AND i < @block::bigint + @due::bigint AS clustered,
@@ -127,29 +128,24 @@ SELECT 'tenant-' || (i % 16), 'scale:' || i, 'sms', '+1415' || lpad((i % 1000000
                        @size::bigint - @due::bigint AS rest) b,
        LATERAL (SELECT NOT b.clustered AND (b.j * @due::bigint / b.rest) <> ((b.j - 1) * @due::bigint / b.rest) AS spread) s,
        LATERAL (SELECT b.clustered OR s.spread AS is_due,
-                       CASE WHEN b.clustered OR s.spread THEN 'pending'
-                            WHEN i % 5 = 0 THEN 'pending'
-                            WHEN i % 50 = 1 THEN 'failed'
-                            WHEN i % 50 = 2 THEN 'expired'
-                            WHEN i % 50 = 3 THEN 'canceled'
-                            ELSE 'delivered' END AS state,
+                       CASE WHEN b.clustered OR s.spread OR i % 2 = 0 THEN 'sms' ELSE 'email' END AS channel,
                        CASE WHEN b.clustered
                             THEN @now::timestamptz - interval '2 hours' + (i - @block::bigint) * interval '50 minutes' / @due::bigint
                             WHEN s.spread
                             THEN @now::timestamptz - interval '1 hour' + b.j * interval '50 minutes' / b.rest
-                            WHEN i % 5 = 0 THEN @now::timestamptz + interval '1 hour' + (i % 2592000) * interval '1 second'
-                            ELSE @now::timestamptz - interval '1 hour' - (i % 7776000) * interval '1 second' END AS due_at) t;
+                            ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t;
 
 -- name: ScaleUniqueConstraints
 -- The unique constraints of reminders (their indexes are built after the load).
-SELECT conname, pg_get_constraintdef(oid)
+SELECT conname, pg_get_constraintdef(oid), NULL::text
   FROM pg_constraint WHERE conrelid = 'reminders'::regclass AND contype = 'u'
  ORDER BY conname;
 
 -- name: ScaleSecondaryIndexes
 -- The other indexes of reminders except the primary key (kept: the identity
--- appends to it cheaply, and delivery_attempts references it).
-SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+-- appends to it cheaply, and delivery_attempts references it), with the
+-- predicate of a partial one.
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid)
   FROM pg_index i
  WHERE i.indrelid = 'reminders'::regclass AND NOT i.indisprimary
    AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
@@ -160,22 +156,6 @@ SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
 -- with indexes and TOAST.
 SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now), pg_total_relation_size('reminders')
   FROM reminders;
-
--- name: ScrapeFill
--- Rows @first..@last of a table of @size reminders, every one pending: the
--- first 2 × @due due in the hour before @now (the dispatcher's backlog), the
--- rest scheduled over the 30 days after tomorrow, as a SaaS that schedules
--- ahead holds them. Channels alternate. Same stand-in key as ScaleFill.
-INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                       state, created_at, updated_at)
-SELECT 'tenant-' || (i % 16), 'scrape:' || i, CASE WHEN i % 2 = 0 THEN 'sms' ELSE 'email' END,
-       CASE WHEN i % 2 = 0 THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
-       'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at, t.due_at + interval '1 day',
-       'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz, @now::timestamptz
-  FROM generate_series(@first::bigint, @last::bigint) AS i,
-       LATERAL (SELECT CASE WHEN i <= 2 * @due::bigint
-                            THEN @now::timestamptz - interval '1 hour' + i * interval '50 minutes' / (2 * @due::bigint)
-                            ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t;
 
 -- name: CountEveryOpenRow
 -- What the DB collector counted per scrape before migration 0023: every open
@@ -259,3 +239,16 @@ SELECT nudge_schedule($1, $2, $3, $4, $5, $6::jsonb, $7, $8);
 
 -- name: ReminderCount
 SELECT count(*) FROM reminders;
+
+-- -------------------------------------------------------------- seeding
+
+-- name: SeedCopy
+-- An end-to-end run's reminders, copied from the template schema the intake
+-- seeded once for this N (setupNudge): the same rows and their "scheduled"
+-- events, in the same order, without the intake's per-row work. The
+-- template's name is %s (quoted by the caller); the identities go on where
+-- the template's stop.
+INSERT INTO reminders OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminders ORDER BY id;
+INSERT INTO reminder_events OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminder_events ORDER BY id;
+SELECT setval(pg_get_serial_sequence('reminders', 'id'), (SELECT max(id) FROM reminders));
+SELECT setval(pg_get_serial_sequence('reminder_events', 'id'), (SELECT max(id) FROM reminder_events));

@@ -166,6 +166,20 @@ func report(o options, m machine, r results) error {
 	} else {
 		p("| claim rate at 10M rows within 20%% of 10k | %s | – |\n", notRun)
 	}
+	if len(r.scrape) > 0 {
+		big := r.scrape[len(r.scrape)-1]
+		for _, x := range []struct {
+			name     string
+			big, ctl []float64
+		}{{"a metrics scrape", big.ScrapeMs, big.CtlScrapeMs}, {"a reconciler pass", big.PassMs, big.CtlPassMs}} {
+			bg, sm := summarize(x.big).Median, summarize(x.ctl).Median
+			rt := ratio(bg, sm)
+			p("| %s with %s reminders scheduled for later within 2× of %s (≤ 2.0×) | %.2f (%.1f / %.1f ms) | %s |\n",
+				x.name, rowsLabel(big.Size), rowsLabel(o.controlSize), rt, bg, sm, yes(rt <= 2))
+		}
+	} else {
+		p("| a metrics scrape and a reconciler pass at 10M within 2× of 10k | %s | – |\n", notRun)
+	}
 	if len(r.latency) > 0 {
 		s := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hopEnqueueToTerminal].P99 })
 		rate := pick(r.latency, func(x latencyResult) float64 { return x.Offered })
@@ -316,7 +330,7 @@ func report(o options, m machine, r results) error {
 	if len(r.scrape) == 0 {
 		p("%s.\n\n", notRun)
 	} else {
-		reportScrape(p, r)
+		reportScrape(p, o, r)
 	}
 
 	p("## 4c. Planning a campaign: intents per second\n\n")
@@ -397,6 +411,13 @@ func reportLatency(p func(string, ...any), o options, r results) {
 	noEnq := pick(r.latency, func(x latencyResult) float64 { return 100 * ratio(float64(x.NoEnqueue), float64(x.N)) })
 	p("**%.1f%% of the reminders were started by their worker before their batch's confirmation was recorded** (median over runs; %.1f–%.1f%%): the confirmation time is the moment the broker had confirmed the *whole* batch, and a worker may claim a message it already holds (the message proves the publish), so their enqueue→start is below zero (\"below zero\" column) and their enqueue→terminal counts from the batch's confirmation rather than from the moment their own message reached the queue, which was earlier. %.1f%% (%.1f–%.1f%%) have no confirmation recorded (their dispatcher pass failed): no enqueue time, left out of the hops that start or end there.\n\n",
 		overtaken.Median, overtaken.Min, overtaken.Max, noEnq.Median, noEnq.Min, noEnq.Max)
+	pressure := pick(r.latency, func(x latencyResult) float64 { return 100 * x.Machine.Pressure })
+	delay := pick(r.latency, func(x latencyResult) float64 { return float64(x.Machine.RunDelay) / float64(time.Millisecond) })
+	load := pick(r.latency, func(x latencyResult) float64 { return x.Machine.Load })
+	if pressure.Min >= 0 {
+		p("**How busy the machine was** during the runs (median over runs, range): some runnable task waited for a CPU during %.0f%% (%.0f–%.0f%%) of the run's wall time (`/proc/pressure/cpu`, \"some\"); the harness's threads, which host the dispatcher, the workers and the fake provider, waited runnable for a CPU %s ms per second of the run (`/proc/self/task/*/schedstat`); load average %s at the runs' end. On an idle machine both are near zero: what the harness's threads wait for a CPU is added to the hops above, whatever the code does.\n\n",
+			pressure.Median, pressure.Min, pressure.Max, fmtR(delay, 0), fmtR(load, 1))
+	}
 	p("%s\n", failedPassesNote(func(yield func([]string) bool) {
 		for _, x := range r.latency {
 			if !yield(x.FailedPasses) {
@@ -453,9 +474,9 @@ func reportScale(p func(string, ...any), o options, m machine, r results) {
 	ctl := rowsLabel(r.scale[0].ControlSize)
 	p("The dispatcher's claim (`store.ClaimDue`, the statement `Dispatcher.RunOnce` runs, batch %d, one transaction per batch) against tables of different sizes, each a schema of its own migrated with the real migrations, filled with `INSERT … SELECT generate_series` and dropped before the next is built. ", o.batch)
 	p("Beside each lives a fresh **control** table of %s rows built the same way, and the claims alternate between the two batch by batch (control, table, table, control, …), so each size is compared with claims taken within milliseconds of its own on a machine whose load moves all the time; a run's rate is its rows over its own statements' time, and the ratio is the table's median over its control's.\n\n", ctl)
-	p("A table's size counts the rows the claim should not care about: one in five pending and due within 30 days (in the claim's partial index, past the cutoff), the rest terminal (94%% delivered, 2%% each failed, expired, canceled) over 90 days, for 16 tenants (id mod 16). **On top of them** every table holds the same two sets of %d × %s pending rows due before the cutoff, so the claims do the same work whatever the size: **clustered**, a block of consecutive ids (as rows scheduled together are stored together), and **spread**, evenly over the whole id range (as reminders scheduled on different days for the same hour are): at 1M rows and more the claim then touches one heap page per row, which a large table does not keep in PostgreSQL's buffer cache (`shared_buffers` %s here; the OS page cache holds the rest). ",
+	p("A table's size counts the rows the claim should not care about: every one pending and scheduled for later, over the 30 days after tomorrow (in the claim's partial index, past the cutoff), channels alternating, for 16 tenants (id mod 16): the table of section 4b, which shares it (until 2026-12-01 the rows besides the due ones were one in five pending, the rest terminal over 90 days). **On top of them** every table holds the same two sets of %d × %s pending rows due before the cutoff, so the claims do the same work whatever the size: **clustered**, a block of consecutive ids (as rows scheduled together are stored together), and **spread**, evenly over the whole id range (as reminders scheduled on different days for the same hour are): at 1M rows and more the claim then touches one heap page per row, which a large table does not keep in PostgreSQL's buffer cache (`shared_buffers` %s here; the OS page cache holds the rest). ",
 		o.runs, thousands(o.scalePerRun), m.SharedBuffers)
-	p("Unique constraints and secondary indexes are built after the load (as a restore would), then the table is analyzed and a checkpoint taken; autovacuum is off for the table so that a vacuum of gigabytes cannot start during the claims. ")
+	p("Unique constraints and secondary indexes are built after the load (as a restore would; the partial indexes that the first chunk of rows leaves empty, in-flight and terminal ones, are built on it and kept during the rest of the load, which spares a scan of the whole heap each), then the table is analyzed and a checkpoint taken; autovacuum is off for the table so that a vacuum of gigabytes cannot start during the claims. ")
 	p("Each run claims %s rows from each table in batches of %d, with the cutoff at build time: runs 1–%d take the clustered set (due first), runs %d–%d the spread one (the batch at the boundary may mix them), and each starts where the previous one stopped (its index walk passes the entries the previous claims left dead until a vacuum, as the dispatcher's does). The tables hold no event history (`reminder_events` gets only the claims' own events): the claim only appends to it.\n\n",
 		thousands(o.scalePerRun), o.batch, o.runs, o.runs+1, 2*o.runs)
 	p("| size (rows besides the due ones) | due rows | table + indexes | loaded + indexed in | claimed rows/s median | min | max | ms per claim, p50 | p99 | control (%s) rows/s median | table / control |\n|---|---|---|---|---|---|---|---|---|---|---|\n", ctl)
@@ -593,15 +614,31 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-func reportScrape(p func(string, ...any), r results) {
-	p("The reconciler's two periodic costs against tables of reminders **scheduled for later** (issue 18: a SaaS that schedules months ahead holds tens of millions): every row pending, %s of them due in the last hour (the same backlog at every size), the rest due over the 30 days after tomorrow. Each table is a schema of its own, migrated, filled with `INSERT … SELECT generate_series`, indexed and analyzed as in section 4. ", thousands(2*scrapeBacklog))
-	p("A **scrape** is one `Gather` of a registry holding only the DB collector (`internal/metrics`, one statement); a **pass** is the three statements of a reconciler pass that finds nothing owed (`ExpireOverdue`, `ResolveExpiredLeases`, `Reclaim`; the broker's part of a pass does not read the table). %d of each, alternating. For contrast, the last column is what the scrape's count of open reminders cost before migration 0023 (every open row by channel and state, those scheduled for later included; 3 runs): what a scrape paid per reminder scheduled.\n\n", scrapeTimes)
-	p("| scheduled rows | table + indexes | scrape ms median | min | max | pass ms median | min | max | count of every open row (before 0023), ms median |\n|---|---|---|---|---|---|---|---|---|\n")
+func reportScrape(p func(string, ...any), o options, r results) {
+	ctl := rowsLabel(o.controlSize)
+	p("The reconciler's two periodic costs against tables of reminders **scheduled for later** (issue 18: a SaaS that schedules months ahead holds tens of millions), measured on section 4's tables before their claims (the two sections share every table: built once, measured for both, dropped once): every row pending, besides section 4's due sets all due over the 30 days after tomorrow. ")
+	p("Both sections' due sets are in every table, so the scrape's clock (the collector's and the pass's `now`) is set to the moment the first %s rows of the clustered set are due and no other: a backlog of %s due rows, the same at every size, and nothing in flight or owed. ", thousands(scrapeBacklog), thousands(scrapeBacklog))
+	p("A **scrape** is one `Gather` of a registry holding only the DB collector (`internal/metrics`, one statement); a **pass** is the three statements of a reconciler pass that finds nothing owed (`ExpireOverdue`, `ResolveExpiredLeases`, `Reclaim`; the broker's part of a pass does not read the table). ")
+	p("%d of each on the table and on its %s control, alternating table by table (control, table, table, control, …) after %d untimed ones on each, so both are warmed alike and see the same moments of the machine; the ratio is the table's median over its control's. For contrast, the last column is what the scrape's count of open reminders cost before migration 0023 (every open row by channel and state, those scheduled for later included; 3 runs): what a scrape paid per reminder scheduled.\n\n", scrapeTimes, ctl, scrapeWarmup)
+	p("| scheduled rows | table + indexes | scrape ms median | min | max | control (%s) median | table / control | pass ms median | min | max | control median | table / control | count of every open row (before 0023), ms median |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", ctl)
 	for _, s := range r.scrape {
-		p("| %s | %s | %s | %s | %.1f |\n", thousands(s.Size), byteSize(s.TotalBytes), fmtSf(summarize(s.ScrapeMs)), fmtSf(summarize(s.PassMs)),
+		sc, sctl := summarize(s.ScrapeMs), summarize(s.CtlScrapeMs)
+		ps, pctl := summarize(s.PassMs), summarize(s.CtlPassMs)
+		p("| %s | %s | %s | %.1f | %.2f | %s | %.1f | %.2f | %.1f |\n", thousands(s.Size), byteSize(s.TotalBytes),
+			fmtSf(sc), sctl.Median, ratio(sc.Median, sctl.Median), fmtSf(ps), pctl.Median, ratio(ps.Median, pctl.Median),
 			summarize(s.CountMs).Median)
 	}
-	p("\n")
+	p("\nWhat each statement cost the server, from `EXPLAIN (ANALYZE, BUFFERS)` once on each table after the timed runs (in a transaction rolled back): shared buffers the planner and the execution touched (hit + read; these do not depend on the machine's load), and planning and execution time (which do).\n\n")
+	p("| scheduled rows | statement | planning buffers | control | execution buffers | control | planning ms | control | execution ms | control |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.scrape {
+		for i, pl := range s.Plans {
+			c := s.CtlPlans[i]
+			p("| %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f |\n", thousands(s.Size), pl.Name,
+				pl.PlanHit+pl.PlanRead, c.PlanHit+c.PlanRead, pl.Hit+pl.Read, c.Hit+c.Read,
+				pl.PlanningMs, c.PlanningMs, pl.ExecutionMs, c.ExecutionMs)
+		}
+	}
+	p("\nThe plans themselves are written to `bench/out/scrape-plans-SIZE.txt`.\n\n")
 }
 
 // runCost is what one run spent: CPU by owner and WAL.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,9 +20,16 @@ type noopArgs struct {
 
 func (noopArgs) Kind() string { return "nudge_bench_noop" }
 
-type noopWorker struct{ river.WorkerDefaults[noopArgs] }
+// noopWorker does nothing but count its jobs (see pollDB).
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	worked *atomic.Int64
+}
 
-func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+func (w noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+	w.worked.Add(1)
+	return nil
+}
 
 // riverResult is one River run.
 type riverResult struct {
@@ -114,7 +122,8 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 		return res, fmt.Errorf("river migrate: %w", err)
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, noopWorker{})
+	var worked atomic.Int64
+	river.AddWorker(workers, noopWorker{worked: &worked})
 	quiet := slog.New(slog.DiscardHandler)
 	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: name, Workers: workers, Logger: quiet})
 	if err != nil {
@@ -125,14 +134,22 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	if cfg == riverScheduled {
 		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(-time.Second)}
 	}
+	// Two inserting at once, as the intake seeds Nudge's runs (setupNudge).
+	var jobs []func(*pgxpool.Conn) error
 	for off := 0; off < n; off += chunk {
-		params := make([]river.InsertManyParams, 0, chunk)
-		for i := off; i < min(off+chunk, n); i++ {
-			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}, InsertOpts: opts})
-		}
-		if _, err := inserter.InsertMany(ctx, params); err != nil {
-			return res, fmt.Errorf("river insert: %w", err)
-		}
+		jobs = append(jobs, func(*pgxpool.Conn) error {
+			params := make([]river.InsertManyParams, 0, chunk)
+			for i := off; i < min(off+chunk, n); i++ {
+				params = append(params, river.InsertManyParams{Args: noopArgs{N: i}, InsertOpts: opts})
+			}
+			if _, err := inserter.InsertMany(ctx, params); err != nil {
+				return fmt.Errorf("river insert: %w", err)
+			}
+			return nil
+		})
+	}
+	if err := inParallel(ctx, pool, 2, jobs); err != nil {
+		return res, err
 	}
 
 	var clients []*river.Client[pgx.Tx]
@@ -170,13 +187,17 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 		clients = append(clients, c)
 	}
 	timeout := time.After(10 * time.Minute)
+	var polled time.Time
+	done := 0
 	for {
-		var done int
-		if err := pool.QueryRow(ctx, stmt("RiverCompleted")).Scan(&done); err != nil {
-			return res, err
-		}
-		if done >= n {
-			break
+		if pollDB(&worked, n, polled) {
+			polled = time.Now()
+			if err := pool.QueryRow(ctx, stmt("RiverCompleted")).Scan(&done); err != nil {
+				return res, err
+			}
+			if done >= n {
+				break
+			}
 		}
 		select {
 		case <-timeout:

@@ -62,41 +62,59 @@ type scaleLayout struct {
 // scaleLoadChunk is the rows of one ScaleFill statement; two load at once.
 const scaleLoadChunk = 500_000
 
-// scaleRun builds a control table of controlSize rows and one of size rows,
-// each with two sets of runs×perRun due rows on top, then claims perRun rows
-// per run from each in turn with store.ClaimDue (the dispatcher's
-// statement, one transaction per batch of `batch`): first runs over the
-// clustered sets (they are due earlier), then over the spread ones. Both
-// schemas are dropped on return.
-func scaleRun(ctx context.Context, e *env, claimSQL string, size, controlSize, runs, perRun, batch int) (res scaleResult, err error) {
-	res.Size, res.ControlSize = size, controlSize
-	ctl, err := buildScaleTable(ctx, e, "ScaleFill", controlSize, runs*perRun)
+// tableRun builds, for one size, a control table of controlSize rows and
+// one of size rows (the smallest size is compared with a control of its own
+// size), each with two sets of runs×perRun due rows on top (ScaleFill), and
+// measures on the pair what the sections asked for, in this order: the
+// scrape section's scrapes and passes (before any claim, so that nothing is
+// in flight), then the scale section's claims, perRun rows per run from each
+// in turn with store.ClaimDue (the dispatcher's statement, one transaction
+// per batch of `batch`): first runs over the clustered sets (they are due
+// earlier), then over the spread ones. Both schemas are dropped on return:
+// the scale and scrape sections share every table (build once, measure
+// both, drop once).
+func tableRun(ctx context.Context, e *env, o options, st statements, size, controlSize int, scale, scrape bool) (sc *scaleResult, sr *scrapeResult, built time.Duration, err error) {
+	started := time.Now()
+	due := o.runs * o.scalePerRun
+	ctl, err := buildScaleTable(ctx, e, "ScaleFill", controlSize, due)
 	if err != nil {
-		return res, err
+		return nil, nil, 0, err
 	}
 	defer ctl.close()
-	big, err := buildScaleTable(ctx, e, "ScaleFill", size, runs*perRun)
+	big, err := buildScaleTable(ctx, e, "ScaleFill", size, due)
 	if err != nil {
-		return res, err
+		return nil, nil, 0, err
 	}
 	defer big.close()
-	res.Due, res.TotalBytes, res.Load, res.Index = big.due, big.totalBytes, big.load, big.index
-	if res.ControlPlan, err = ctl.explainClaim(ctx, claimSQL, batch); err != nil {
-		return res, err
+	built = time.Since(started)
+	if scrape {
+		r, err := scrapeRun(ctx, st, ctl, big, size, o.batch)
+		if err != nil {
+			return nil, nil, built, err
+		}
+		sr = &r
 	}
-	if res.Plan, err = big.explainClaim(ctx, claimSQL, batch); err != nil {
-		return res, err
+	if !scale {
+		return nil, sr, built, nil
+	}
+	res := scaleResult{Size: size, ControlSize: controlSize}
+	res.Due, res.TotalBytes, res.Load, res.Index = big.due, big.totalBytes, big.load, big.index
+	if res.ControlPlan, err = ctl.explainClaim(ctx, st.claim, o.batch); err != nil {
+		return nil, sr, built, err
+	}
+	if res.Plan, err = big.explainClaim(ctx, st.claim, o.batch); err != nil {
+		return nil, sr, built, err
 	}
 	for _, l := range []struct{ ctl, big *scaleLayout }{
 		{&res.ControlClustered, &res.Clustered}, {&res.ControlSpread, &res.Spread},
 	} {
-		for range runs {
-			if err := claimAlternately(ctx, perRun, batch, []*scaleTable{ctl, big}, []*scaleLayout{l.ctl, l.big}); err != nil {
-				return res, err
+		for range o.runs {
+			if err := claimAlternately(ctx, o.scalePerRun, o.batch, []*scaleTable{ctl, big}, []*scaleLayout{l.ctl, l.big}); err != nil {
+				return nil, sr, built, err
 			}
 		}
 	}
-	return res, nil
+	return &res, sr, built, nil
 }
 
 // scaleTable is one built table in a schema of its own.
@@ -104,6 +122,7 @@ type scaleTable struct {
 	pool        *pgxpool.Pool
 	drop        func()
 	now         time.Time // the claims' cutoff
+	perSet      int       // due rows in each set
 	due         int       // both sets
 	totalBytes  int64
 	load, index time.Duration
@@ -111,13 +130,13 @@ type scaleTable struct {
 
 // buildScaleTable migrates a new schema and fills its reminders table with
 // size rows terminal or due later and two sets of `due` rows due, with the
-// statement named fill (ScaleFill, ScrapeFill).
+// statement named fill (ScaleFill).
 func buildScaleTable(ctx context.Context, e *env, fill string, size, due int) (_ *scaleTable, err error) {
 	name, drop, err := e.newSchema(ctx, "bench_scale")
 	if err != nil {
 		return nil, err
 	}
-	t := &scaleTable{drop: drop, now: time.Now()}
+	t := &scaleTable{drop: drop, now: time.Now(), perSet: due}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -238,11 +257,15 @@ func claimAlternately(ctx context.Context, perRun, batch int, tables []*scaleTab
 // bulk load) and a checkpoint taken, so the claims do not meet one. Autovacuum
 // is off for the table, so a vacuum of gigabytes cannot start mid-measurement.
 func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total, due int, now time.Time) (load, index time.Duration, err error) {
-	drops, rebuild, err := scaleDeferredIndexes(ctx, pool)
+	deferred, err := scaleDeferredIndexes(ctx, pool)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, q := range append([]string{"ALTER TABLE reminders SET (autovacuum_enabled = false)"}, drops...) {
+	setup := []string{"ALTER TABLE reminders SET (autovacuum_enabled = false)"}
+	for _, d := range deferred {
+		setup = append(setup, d.drop)
+	}
+	for _, q := range setup {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			return 0, 0, fmt.Errorf("scale: %s: %w", q, err)
 		}
@@ -261,6 +284,38 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 			return nil
 		})
 	}
+	// A partial index that no loaded row enters (the in-flight and terminal
+	// ones, when every row is pending) costs the load only its predicate
+	// per row, but built afterwards it costs a scan of the whole heap
+	// (seconds each at 10M rows). So the first chunk is loaded alone, and
+	// the partial indexes it left empty are built on it and kept during the
+	// rest of the load; a later row that does enter one is simply indexed.
+	var rebuild []string
+	if len(fills) > 1 {
+		if err := inParallel(ctx, pool, 1, fills[:1]); err != nil {
+			return 0, 0, err
+		}
+		fills = fills[1:]
+		for _, d := range deferred {
+			empty := false
+			if d.where != "" {
+				if err := pool.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM reminders WHERE "+d.where+")").Scan(&empty); err != nil {
+					return 0, 0, fmt.Errorf("scale: is %q empty: %w", d.where, err)
+				}
+			}
+			if !empty {
+				rebuild = append(rebuild, d.build)
+				continue
+			}
+			if _, err := pool.Exec(ctx, d.build); err != nil {
+				return 0, 0, fmt.Errorf("scale: %s: %w", d.build, err)
+			}
+		}
+	} else {
+		for _, d := range deferred {
+			rebuild = append(rebuild, d.build)
+		}
+	}
 	if err := inParallel(ctx, pool, 2, fills); err != nil {
 		return 0, 0, err
 	}
@@ -270,8 +325,12 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 	var builds []func(*pgxpool.Conn) error
 	for _, q := range rebuild {
 		builds = append(builds, func(c *pgxpool.Conn) error {
+			b0 := time.Now()
 			if _, err := c.Exec(ctx, q); err != nil {
 				return fmt.Errorf("scale: %s: %w", q, err)
+			}
+			if total >= 1_000_000 {
+				fmt.Printf("    %s: %s\n", time.Since(b0).Round(100*time.Millisecond), q[:min(len(q), 70)])
 			}
 			return nil
 		})
@@ -283,17 +342,30 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 		return load, 0, fmt.Errorf("scale: analyzing: %w", err)
 	}
 	// Best effort: CHECKPOINT needs a superuser or pg_checkpoint.
+	c0 := time.Now()
 	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
 		fmt.Printf("  (no checkpoint after the load: %v)\n", err)
+	}
+	if total >= 1_000_000 {
+		fmt.Printf("    %s: CHECKPOINT (indexes, ANALYZE and CHECKPOINT %s)\n", time.Since(c0).Round(100*time.Millisecond), time.Since(started).Round(time.Second))
 	}
 	return load, time.Since(started), nil
 }
 
-// scaleDeferredIndexes returns the statements that drop the unique
-// constraints and secondary indexes of reminders, and those that rebuild
-// them as they were.
-func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) (drops, rebuild []string, err error) {
-	type def struct{ name, def string }
+// deferredIndex is a unique constraint or secondary index of reminders
+// that the load drops and rebuilds: drop and build are its statements,
+// where the predicate of a partial index ("" otherwise).
+type deferredIndex struct {
+	drop, build, where string
+}
+
+// scaleDeferredIndexes returns the unique constraints and secondary
+// indexes of reminders.
+func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) ([]deferredIndex, error) {
+	type def struct {
+		name, def string
+		where     *string
+	}
 	list := func(query string) ([]def, error) {
 		rows, err := pool.Query(ctx, stmt(query))
 		if err != nil {
@@ -301,7 +373,7 @@ func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) (drops, rebui
 		}
 		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (def, error) {
 			var d def
-			err := r.Scan(&d.name, &d.def)
+			err := r.Scan(&d.name, &d.def, &d.where)
 			return d, err
 		})
 		if err != nil {
@@ -311,22 +383,25 @@ func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) (drops, rebui
 	}
 	cons, err := list("ScaleUniqueConstraints")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	var out []deferredIndex
 	for _, c := range cons {
 		id := pgx.Identifier{c.name}.Sanitize()
-		drops = append(drops, "ALTER TABLE reminders DROP CONSTRAINT "+id)
-		rebuild = append(rebuild, "ALTER TABLE reminders ADD CONSTRAINT "+id+" "+c.def)
+		out = append(out, deferredIndex{drop: "ALTER TABLE reminders DROP CONSTRAINT " + id, build: "ALTER TABLE reminders ADD CONSTRAINT " + id + " " + c.def})
 	}
 	idx, err := list("ScaleSecondaryIndexes")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, d := range idx {
-		drops = append(drops, "DROP INDEX "+d.name) // regclass text: quoted where needed
-		rebuild = append(rebuild, d.def)
+		x := deferredIndex{drop: "DROP INDEX " + d.name, build: d.def} // regclass text: quoted where needed
+		if d.where != nil {
+			x.where = *d.where
+		}
+		out = append(out, x)
 	}
-	return drops, rebuild, nil
+	return out, nil
 }
 
 // inParallel runs the jobs over `width` connections of pool, each first
@@ -350,13 +425,13 @@ func inParallel(ctx context.Context, pool *pgxpool.Pool, width int, jobs []func(
 		wg.Go(func() {
 			c, err := pool.Acquire(ctx)
 			if err != nil {
-				fail(fmt.Errorf("scale: acquiring a connection: %w", err))
+				fail(fmt.Errorf("acquiring a connection: %w", err))
 				return
 			}
 			defer c.Release()
 			for _, q := range setup {
 				if _, err := c.Exec(ctx, q); err != nil {
-					fail(fmt.Errorf("scale: %s: %w", q, err))
+					fail(fmt.Errorf("%s: %w", q, err))
 					return
 				}
 			}

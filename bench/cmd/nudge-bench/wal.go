@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -84,12 +85,12 @@ func (m walMark) since(ctx context.Context, pool *pgxpool.Pool) (walUsage, error
 	if !walDump {
 		return u, nil
 	}
-	recs, bytes, err := walRecords(ctx, filepath.Join(dir, "pg_wal"), m.lsn, end, files)
+	recs, size, err := walRecords(ctx, filepath.Join(dir, "pg_wal"), m.lsn, end, files)
 	if err != nil {
 		setWALNote(err.Error())
 		return u, nil
 	}
-	u.Records, u.RecordBytes = float64(recs), float64(bytes)
+	u.Records, u.RecordBytes = float64(recs), float64(size)
 	return u, nil
 }
 
@@ -105,7 +106,7 @@ func setWALNote(s string) {
 // walRecords runs pg_waldump over [start, end) and counts the records with
 // a block reference to one of files (tablespace/database/filenode), and
 // their total length.
-func walRecords(ctx context.Context, dir, start, end string, files []string) (recs, bytes int, err error) {
+func walRecords(ctx context.Context, dir, start, end string, files []string) (recs, size int, err error) {
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_waldump")
 	if len(bins) == 0 {
 		return 0, 0, fmt.Errorf("pg_waldump not found under /usr/lib/postgresql/*/bin")
@@ -127,18 +128,20 @@ func walRecords(ctx context.Context, dir, start, end string, files []string) (re
 	for _, f := range files {
 		own[f] = true
 	}
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	// Bytes, not strings: 100,000 reminders are about 3.5 million lines
+	// (650 MB); a string per line doubled the time of the count.
+	sc := bufio.NewScanner(bufio.NewReaderSize(out, 1<<20))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
-		if n, ok := walRecordOf(sc.Text(), own); ok {
+		if n, ok := walRecordOf(sc.Bytes(), own); ok {
 			recs++
-			bytes += n
+			size += n
 		}
 	}
 	if err := cmd.Wait(); err != nil {
 		return 0, 0, fmt.Errorf("pg_waldump (needs read access to %s): %v: %s", dir, err, strings.TrimSpace(stderr.String()))
 	}
-	return recs, bytes, nil
+	return recs, size, nil
 }
 
 // walRecordOf reads one line of pg_waldump's output: whether it is a record
@@ -146,18 +149,18 @@ func walRecords(ctx context.Context, dir, start, end string, files []string) (re
 // length. A line reads
 //
 //	rmgr: Heap len (rec/tot): 54/ 54, tx: 1, lsn: 0/01, prev 0/00, desc: INSERT off 2, blkref #0: rel 1663/5/16400 blk 0
-func walRecordOf(line string, own map[string]bool) (int, bool) {
-	if !strings.HasPrefix(line, "rmgr:") {
+func walRecordOf(line []byte, own map[string]bool) (int, bool) {
+	if !bytes.HasPrefix(line, walRmgr) {
 		return 0, false
 	}
 	mine := false
 	for rest := line; ; {
-		_, after, ok := strings.Cut(rest, " rel ")
+		_, after, ok := bytes.Cut(rest, walRel)
 		if !ok {
 			break
 		}
-		file, _, _ := strings.Cut(after, " ")
-		if own[strings.TrimSuffix(file, ",")] {
+		file, _, _ := bytes.Cut(after, walSpace)
+		if own[string(bytes.TrimSuffix(file, walComma))] { // no allocation: a map index by string(bytes)
 			mine = true
 			break
 		}
@@ -166,15 +169,20 @@ func walRecordOf(line string, own map[string]bool) (int, bool) {
 	if !mine {
 		return 0, false
 	}
-	_, lens, ok := strings.Cut(line, "len (rec/tot):")
+	_, lens, ok := bytes.Cut(line, walLen)
 	if !ok {
 		return 0, false
 	}
-	lens, _, _ = strings.Cut(lens, ",")
-	_, tot, _ := strings.Cut(lens, "/")
-	n, err := strconv.Atoi(strings.TrimSpace(tot))
+	lens, _, _ = bytes.Cut(lens, walComma)
+	_, tot, _ := bytes.Cut(lens, walSlash)
+	n, err := strconv.Atoi(string(bytes.TrimSpace(tot)))
 	if err != nil {
 		return 0, false
 	}
 	return n, true
 }
+
+var (
+	walRmgr, walRel, walLen             = []byte("rmgr:"), []byte(" rel "), []byte("len (rec/tot):")
+	walSpace, walComma, walSlash []byte = []byte(" "), []byte(","), []byte("/")
+)

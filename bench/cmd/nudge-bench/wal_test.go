@@ -15,7 +15,7 @@ func TestWALRecordOf(t *testing.T) {
 		{"rmgr: Transaction len (rec/tot):     34/    34, tx:        747, lsn: 0/01A2C038, prev 0/01A2C000, desc: COMMIT 2026-12-01 04:00:00.000000 UTC", 0, false},
 		{"pg_waldump: error: error in WAL record at 0/1A2C038", 0, false},
 	} {
-		n, ok := walRecordOf(c.line, own)
+		n, ok := walRecordOf([]byte(c.line), own)
 		if n != c.n || ok != c.ok {
 			t.Errorf("walRecordOf(%q) = %d, %v; want %d, %v", c.line, n, ok, c.n, c.ok)
 		}
