@@ -614,8 +614,13 @@ func TestRetentionRoleCleansUpAndNothingElse(t *testing.T) {
 	pool, _ := b.login(t, "nudge_retention")
 	old := b.schedule(t, "acme", "old", b.now.Add(time.Hour))
 	live := b.schedule(t, "acme", "live", b.now.Add(time.Hour))
-	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'delivered', finished_at = now() - interval '400 days'
-		WHERE id = $1`, old)
+	// Delivered on the happy path 40 days ago (past the reminder window, not
+	// the events'): its claim, attempt and delivery folded into the row
+	// (schema version 30), which retention keeps as events.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'delivered', fence = 2,
+		finished_at = now() - interval '40 days', claimed_at = now() - interval '41 days', claimed_fence = 1,
+		claimed_by = 'd', started_at = now() - interval '41 days', started_fence = 2, started_by = 'w',
+		delivered_by = 'w' WHERE id = $1`, old)
 	require.NoError(t, err)
 
 	sum, err := retention.New(pool, retention.Config{}, clock.Real{}).Pass(ctx)
@@ -623,11 +628,16 @@ func TestRetentionRoleCleansUpAndNothingElse(t *testing.T) {
 	require.Equal(t, int64(1), sum.RemindersDeleted)
 	require.Equal(t, 1, count(t, b.db.Pool, `SELECT 1 FROM reminders`))
 	require.Equal(t, reminder.Pending, b.state(t, live))
+	require.Equal(t, 3, count(t, b.db.Pool, `SELECT 1 FROM reminder_events WHERE reminder_id = $1
+		AND code IN ('claimed', 'attempt_claimed', 'delivered')`, old), "the deleted row's folded events are kept")
 
 	for _, sql := range []string{
 		`UPDATE reminders SET state = 'delivered'`,
 		`UPDATE reminders SET tenant = 'evil'`,
 		`INSERT INTO reminder_events (reminder_id, to_state, fence, actor, at) VALUES (1, 'delivered', 0, 'x', now())`,
+		// only a terminal row's folded events, not a forged one of a live row
+		fmt.Sprintf(`INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+			VALUES (%d, 'sending', 'delivered', 0, 'x', 'delivered', 'x', now())`, live),
 	} {
 		requireDenied(t, pool, sql)
 	}

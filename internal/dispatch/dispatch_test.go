@@ -218,10 +218,11 @@ func (b bundle) gated(url string, c clock.Clock, cfg dispatch.Config) *dispatch.
 	return d
 }
 
-// events counts the event rows written for reminders, by reason.
+// events counts the events of reminders' timelines (stored and folded), by
+// reason.
 func (b bundle) events(t *testing.T) map[string]int {
 	t.Helper()
-	rows, err := b.db.Pool.Query(context.Background(), `SELECT reason, count(*) FROM reminder_events GROUP BY 1`)
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT reason, count(*) FROM reminder_timeline GROUP BY 1`)
 	require.NoError(t, err)
 	out := map[string]int{}
 	for rows.Next() {

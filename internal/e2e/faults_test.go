@@ -322,7 +322,7 @@ func TestFaultTwoDispatchersAtOnce(t *testing.T) {
 	require.Equal(t, 3000, f.queueDepth(t, "sms"), "every reminder published exactly once")
 	var claims, claimedTwice, notEnqueued, confirmed int
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*), count(*) - count(DISTINCT reminder_id)
-		FROM reminder_events WHERE reason = 'claimed for dispatch'`).Scan(&claims, &claimedTwice))
+		FROM reminder_timeline WHERE reason = 'claimed for dispatch'`).Scan(&claims, &claimedTwice))
 	require.Equal(t, 3000, claims)
 	require.Zero(t, claimedTwice)
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(),

@@ -347,7 +347,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 	// Every terminal state is explained by its last event.
 	var unexplained int
 	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders r WHERE NOT EXISTS (
-		SELECT 1 FROM reminder_events e WHERE e.reminder_id = r.id AND e.to_state = r.state AND e.reason <> '')`).Scan(&unexplained))
+		SELECT 1 FROM reminder_timeline e WHERE e.reminder_id = r.id AND e.to_state = r.state AND e.reason <> '')`).Scan(&unexplained))
 	require.Zero(t, unexplained)
 
 	var c worker.Counts

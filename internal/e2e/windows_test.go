@@ -117,7 +117,7 @@ func TestSendWindowsEndToEnd(t *testing.T) {
 	rows, err := f.db.Pool.Query(ctx, `SELECT r.id, r.state, r.idempotency_key, r.tz, coalesce(r.requested_due_at, r.due_at),
 		r.deadline, e.code, e.at
 		FROM reminders r
-		CROSS JOIN LATERAL (SELECT e.code, e.at FROM reminder_events e WHERE e.reminder_id = r.id ORDER BY e.id DESC LIMIT 1) e`)
+		CROSS JOIN LATERAL (SELECT e.code, e.at FROM reminder_timeline e WHERE e.reminder_id = r.id ORDER BY e.seq DESC LIMIT 1) e`)
 	require.NoError(t, err)
 	byOutcome := map[string]int{}
 	byZone := map[string]map[string]int{}
@@ -183,7 +183,7 @@ func TestSendWindowsEndToEnd(t *testing.T) {
 		require.Equal(t, want, byZone[tz], tz)
 	}
 	var byWorker int
-	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_events
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_timeline
 		WHERE code = 'no_window_before_deadline' AND from_state = 'enqueued'`).Scan(&byWorker))
 	require.Equal(t, perZone/2, byWorker, "Stockholm's expired in the worker, after its window closed")
 	var moved int

@@ -158,7 +158,7 @@ func TestBrokerDownAtStartStillExpiresLateWork(t *testing.T) {
 	require.Equal(t, 1000, count(reminder.Expired), "the dispatcher's run expired the late ones")
 	var claims int
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM reminder_events WHERE reason = 'claimed for dispatch'`).Scan(&claims))
+		`SELECT count(*) FROM reminder_timeline WHERE reason = 'claimed for dispatch'`).Scan(&claims))
 	require.Zero(t, claims)
 }
 

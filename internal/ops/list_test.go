@@ -196,4 +196,31 @@ func TestReadMinutes(t *testing.T) {
 		total += m.Claimed
 	}
 	require.Equal(t, int64(1), total, "events older than an hour are not counted")
+
+	// The same moves folded into rows (schema version 30): a delivered
+	// reminder, one still sending, one enqueued; a claim of the previous
+	// hour on a row delivered within this one is not counted.
+	folded := func(key string, state reminder.State, claimed, started, delivered time.Time) {
+		fid := opstest.Insert(t, db.Pool, opstest.Row{Key: key, State: state, Since: now.Add(-3 * time.Hour)})
+		_, err := db.Pool.Exec(ctx, `UPDATE reminders SET claimed_at = $2, claimed_fence = 1, claimed_by = 'd',
+			started_at = $3, started_fence = 2, started_by = 'w',
+			delivered_by = CASE WHEN state = 'delivered' THEN 'w' END,
+			finished_at = CASE WHEN state = 'delivered' THEN $4::timestamptz END WHERE id = $1`,
+			fid, claimed, nullIfZero(started), delivered)
+		require.NoError(t, err)
+	}
+	folded("fd", reminder.Delivered, now.Add(-30*time.Second), now.Add(-20*time.Second), now.Add(-10*time.Second))
+	folded("fs", reminder.Sending, now.Add(-30*time.Second), now.Add(-20*time.Second), time.Time{})
+	folded("fe", reminder.Enqueued, now.Add(-30*time.Second), time.Time{}, time.Time{})
+	folded("fo", reminder.Delivered, now.Add(-2*time.Hour), now.Add(-20*time.Second), now.Add(-10*time.Second))
+	ms, err = ops.ReadMinutes(ctx, db.Pool, now)
+	require.NoError(t, err)
+	require.Equal(t, ops.Minute{Start: now.Add(-time.Minute), Claimed: 4, Started: 4, Terminal: 3}, ms[59])
+}
+
+func nullIfZero(at time.Time) *time.Time {
+	if at.IsZero() {
+		return nil
+	}
+	return &at
 }

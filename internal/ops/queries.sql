@@ -191,11 +191,33 @@ SELECT max(cutoff) FILTER (WHERE error IS NULL AND NOT out_of_budget), max(finis
 -- cheap however large the table is), by its code. Events written before
 -- schema version 9 (or by a dispatcher of version 8 still running during the
 -- rollout) have no code: for those, the claim's reason text as version 8
--- wrote it.
-SELECT at FROM reminder_events
- WHERE id > (SELECT coalesce(max(id), 0) FROM reminder_events) - 100000
-   AND (code = 'claimed' OR (code IS NULL AND reason = 'claimed for dispatch'))
- ORDER BY id DESC
+-- wrote it. Claims folded into their rows (schema version 30) are read from
+-- the work in flight and the newest 100,000 terminal rows, over the partial
+-- indexes that hold them (reminders_enqueued, reminders_leases,
+-- reminders_parked, reminders_terminal): bounded by the work, not the table.
+-- A folded claim of a row since returned to pending is not among them (a
+-- newer claim almost always is).
+SELECT at FROM (
+    (SELECT at FROM reminder_events
+      WHERE id > (SELECT coalesce(max(id), 0) FROM reminder_events) - 100000
+        AND (code = 'claimed' OR (code IS NULL AND reason = 'claimed for dispatch'))
+      ORDER BY id DESC
+      LIMIT 1)
+    UNION ALL
+    SELECT max(claimed_at) FROM reminders WHERE state = 'enqueued'
+    UNION ALL
+    SELECT max(claimed_at) FROM reminders WHERE state = 'sending'
+    UNION ALL
+    SELECT max(claimed_at) FROM reminders WHERE state IN ('leased', 'retrying', 'quarantined')
+    UNION ALL
+    SELECT max(t.claimed_at) FROM (
+        SELECT claimed_at FROM reminders
+         WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
+         ORDER BY coalesce(finished_at, updated_at) DESC
+         LIMIT 100000) t
+) c
+ WHERE at IS NOT NULL
+ ORDER BY at DESC
  LIMIT 1;
 
 -- name: PublishOf
@@ -257,17 +279,45 @@ SELECT attempt, fence, worker, started_at, finished_at, coalesce(outcome, ''),
 -- scheduled (is intent written), claimed by the dispatcher (is it advancing),
 -- attempts started by workers (is the queue draining), terminal outcomes (are
 -- workers finishing) and quarantines. ago is whole minutes before @now.
-SELECT floor(extract(epoch FROM (@now::timestamptz - e.at)) / 60)::int AS ago,
-       count(*) FILTER (WHERE e.from_state IS NULL AND e.to_state = 'pending'),
-       count(*) FILTER (WHERE e.code = 'claimed' OR (e.code IS NULL AND e.reason = 'claimed for dispatch')),
-       count(*) FILTER (WHERE e.to_state = 'sending'),
-       count(*) FILTER (WHERE e.to_state IN ('delivered', 'failed', 'expired', 'canceled')),
-       count(*) FILTER (WHERE e.to_state = 'quarantined')
-  FROM reminder_events e
- WHERE e.id > (SELECT coalesce(max(id), 0) FROM reminder_events) - @scan
-   AND e.at > @now::timestamptz - interval '1 hour' AND e.at <= @now::timestamptz
-   -- Notes (reminder.Notes: a dead letter, a dropped one) are not
-   -- transitions: their from_state = to_state. No transition counted here
-   -- keeps its state (pending → pending on a closed window is not counted).
-   AND e.from_state IS DISTINCT FROM e.to_state
+-- The happy path's events folded into their rows (schema version 30: claim,
+-- first attempt, delivery) are counted from the rows a move of the last
+-- hour can be folded into: the work in flight and the rows finished in the
+-- last hour (a claim or an attempt precedes the finish), each part over the
+-- partial index that holds it, so bounded by the work, not the table. A
+-- folded claim of a row since returned to pending is not counted.
+WITH folded AS (
+    SELECT claimed_at, started_at, NULL::timestamptz AS delivered_at FROM reminders WHERE state = 'enqueued'
+    UNION ALL
+    SELECT claimed_at, started_at, NULL FROM reminders WHERE state = 'sending'
+    UNION ALL
+    SELECT claimed_at, started_at, NULL FROM reminders WHERE state IN ('leased', 'retrying', 'quarantined')
+    UNION ALL
+    SELECT claimed_at, started_at, CASE WHEN delivered_by IS NOT NULL THEN finished_at END
+      FROM reminders
+     WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
+       AND coalesce(finished_at, updated_at) > @now::timestamptz - interval '1 hour'
+), moves AS (
+    SELECT e.at,
+           (e.from_state IS NULL AND e.to_state = 'pending')::int AS scheduled,
+           coalesce(e.code = 'claimed' OR (e.code IS NULL AND e.reason = 'claimed for dispatch'), false)::int AS claimed,
+           (e.to_state = 'sending')::int AS started,
+           (e.to_state IN ('delivered', 'failed', 'expired', 'canceled'))::int AS terminal,
+           (e.to_state = 'quarantined')::int AS quarantined
+      FROM reminder_events e
+     WHERE e.id > (SELECT coalesce(max(id), 0) FROM reminder_events) - @scan
+       -- Notes (reminder.Notes: a dead letter, a dropped one) are not
+       -- transitions: their from_state = to_state. No transition counted here
+       -- keeps its state (pending → pending on a closed window is not counted).
+       AND e.from_state IS DISTINCT FROM e.to_state
+    UNION ALL
+    SELECT claimed_at, 0, 1, 0, 0, 0 FROM folded WHERE claimed_at IS NOT NULL
+    UNION ALL
+    SELECT started_at, 0, 0, 1, 0, 0 FROM folded WHERE started_at IS NOT NULL
+    UNION ALL
+    SELECT delivered_at, 0, 0, 0, 1, 0 FROM folded WHERE delivered_at IS NOT NULL
+)
+SELECT floor(extract(epoch FROM (@now::timestamptz - m.at)) / 60)::int AS ago,
+       sum(m.scheduled), sum(m.claimed), sum(m.started), sum(m.terminal), sum(m.quarantined)
+  FROM moves m
+ WHERE m.at > @now::timestamptz - interval '1 hour' AND m.at <= @now::timestamptz
  GROUP BY 1;

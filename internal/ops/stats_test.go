@@ -71,6 +71,21 @@ func TestReadStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 30*time.Second, st.CutoffLag(), "the newest event coded claimed")
 
+	// A claim folded into its row (schema version 30), on a row in flight
+	// and on one finished since, is a claim too.
+	for _, c := range []struct {
+		state reminder.State
+		ago   time.Duration
+	}{{reminder.Enqueued, 25 * time.Second}, {reminder.Expired, 20 * time.Second}} {
+		_, err = db.Pool.Exec(ctx, `UPDATE reminders SET claimed_at = $2, claimed_fence = fence, claimed_by = 'd'
+			WHERE key = $1`, map[reminder.State]string{reminder.Enqueued: "e1", reminder.Expired: "x1"}[c.state],
+			now.Add(-c.ago))
+		require.NoError(t, err)
+		st, err = ops.ReadStats(ctx, db.Pool, now)
+		require.NoError(t, err)
+		require.Equal(t, c.ago, st.CutoffLag(), "the newest claim, folded into an %s row", c.state)
+	}
+
 	require.NoError(t, dispatch.RecordRun(ctx, db.Pool, "d", dispatch.Summary{Cutoff: now.Add(-70 * time.Second)},
 		now.Add(-69*time.Second), nil))
 	st, err = ops.ReadStats(ctx, db.Pool, now)

@@ -35,13 +35,23 @@ SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM att);
 
 -- name: DeleteReminders
 -- Deletes one batch of terminal rows (their attempts
--- cascade; their events stay).
+-- cascade; their events stay). The events folded into a row (schema version
+-- 30: its claim, first attempt and delivery) are appended to reminder_events
+-- first, as they were folded, so the trail outlives the row as before.
 WITH old AS (
     SELECT id FROM reminders
      WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND coalesce(finished_at, updated_at) < @before
      ORDER BY coalesce(finished_at, updated_at)
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
+), kept AS (
+    INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
+    SELECT r.id, f.from_state, f.to_state, f.fence, f.actor, f.code, f.reason, f.at
+      FROM reminders r
+      JOIN old ON old.id = r.id
+     CROSS JOIN LATERAL nudge_folded_events(r.claimed_at, r.claimed_fence, r.claimed_by, r.started_at,
+                                            r.started_fence, r.started_by, r.delivered_by, r.fence,
+                                            r.finished_at, r.reason) f
 ), del AS (
     DELETE FROM reminders r USING old WHERE r.id = old.id RETURNING r.id
 )

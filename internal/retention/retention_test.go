@@ -327,3 +327,44 @@ func TestConfig(t *testing.T) {
 		require.ErrorContains(t, tc.cfg.Validate(), tc.want)
 	}
 }
+
+// A reminder delivered on the happy path holds its claim, first attempt and
+// delivery folded into its row (schema version 30). Deleting the row keeps
+// them as events, the same timeline, in the same order, until the events'
+// own window has passed.
+func TestFoldedEventsOutliveTheirReminder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, retention.Config{})
+	ctx := context.Background()
+	ids := b.seed(t, "folded", 3, reminder.Delivered, 40*day) // past the reminder window
+	_, err := b.db.Pool.Exec(ctx, `DELETE FROM reminder_events WHERE reminder_id = ANY($1) AND to_state = 'delivered'`, ids)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE reminders SET claimed_at = finished_at - interval '2 seconds', claimed_fence = 1,
+		claimed_by = 'd', started_at = finished_at - interval '1 second', started_fence = 2, started_by = 'w',
+		delivered_by = 'w', reason = NULL WHERE id = ANY($1)`, ids)
+	require.NoError(t, err)
+	before := map[int64][]opstest.Event{}
+	for _, id := range ids {
+		before[id] = opstest.Events(t, b.db.Pool, id)
+		require.Len(t, before[id], 4, "scheduled, then the three folded ones")
+	}
+
+	sum, err := b.c.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), sum.RemindersDeleted)
+	for _, id := range ids {
+		require.Equal(t, before[id], opstest.Events(t, b.db.Pool, id), "reminder %d's timeline outlives it", id)
+	}
+	require.Equal(t, 12, count(t, b.db, `SELECT count(*) FROM reminder_events WHERE reminder_id = ANY($1)`, ids))
+
+	// A second pass keeps them once (the rows are gone: nothing to fold).
+	_, err = b.c.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 12, count(t, b.db, `SELECT count(*) FROM reminder_events WHERE reminder_id = ANY($1)`, ids))
+
+	// Past the events' window they go with the others.
+	b.clock.Advance(200 * day)
+	_, err = b.c.Pass(ctx)
+	require.NoError(t, err)
+	require.Zero(t, count(t, b.db, `SELECT count(*) FROM reminder_events WHERE reminder_id = ANY($1)`, ids))
+}

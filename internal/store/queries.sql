@@ -8,6 +8,13 @@
 -- (Transitions), and schema/transitions_test.go runs every statement here from
 -- every state and fails on a move, or a code, the table does not list.
 --
+-- The happy path's events are folded into the row (schema version 30): the
+-- first claim (ClaimDue), the first attempt (ClaimForDelivery) and the
+-- delivery (RecordOutcomes) write their event into slot columns of the
+-- reminder they update (claimed_*, started_*, delivered_by) instead of a
+-- reminder_events row, when the slot is empty; every other move appends its
+-- event. Readers see both through the view reminder_timeline.
+--
 -- Statements that work on rows named by id test the state as
 -- "(r.state ...) IS TRUE". The planner cannot prove a partial index's
 -- predicate from that form, so it looks the rows up by primary key. From a
@@ -59,7 +66,7 @@ WITH RECURSIVE tenants(tenant) AS (
     -- join on (NULL never equals; the CHECK reminders_window keeps an own
     -- window's open below 24:00, its close from 00:00 and its days from -1).
     SELECT r.id, r.state AS old_state, r.tenant, r.channel, r.deadline, coalesce(r.tz, 'UTC') AS tz,
-           r.window_open, r.window_close, r.window_days,
+           r.window_open, r.window_close, r.window_days, r.claimed_at IS NULL AS claim_slot_empty,
            coalesce(r.window_open, time '24:00') AS own_open, coalesce(r.window_close, time '00:00') AS own_close,
            coalesce(r.window_days, -1) AS own_days
       FROM reminders r
@@ -77,7 +84,7 @@ WITH RECURSIVE tenants(tenant) AS (
 ), windowed AS (
     -- Each row's window, in its zone: a window that is "any time" (open
     -- NULL) is open in every zone, so its zone is left out of the key.
-    SELECT d.id, d.old_state, d.deadline, d.tz, p.window_open, p.window_close, p.window_days,
+    SELECT d.id, d.old_state, d.claim_slot_empty, d.deadline, d.tz, p.window_open, p.window_close, p.window_days,
            CASE WHEN p.window_open IS NULL THEN '' ELSE d.tz END AS zone,
            coalesce(p.window_open, time '24:00') AS open_key
       FROM due d
@@ -93,7 +100,7 @@ WITH RECURSIVE tenants(tenant) AS (
                 END AS opens_at
       FROM (SELECT DISTINCT zone, open_key, window_open, window_close, window_days FROM windowed) x
 ), judged AS (
-    SELECT p.id, p.old_state,
+    SELECT p.id, p.old_state, p.claim_slot_empty,
            CASE WHEN p.deadline <= @now THEN 'deadline'
                 WHEN o.opens_at = @now THEN 'open'
                 WHEN o.opens_at < p.deadline THEN 'closed'
@@ -102,6 +109,10 @@ WITH RECURSIVE tenants(tenant) AS (
       FROM windowed p
       JOIN openings o ON o.zone = p.zone AND o.open_key = p.open_key AND o.window_close = p.window_close
                      AND o.window_days = p.window_days
+), folds AS (
+    -- A claim goes into the row's claimed slot when that is empty (the
+    -- reminder's first claim by this version), else into an event.
+    SELECT j.*, j.verdict = 'open' AND j.claim_slot_empty AS fold FROM judged j
 ), batch AS (
     SELECT nextval('dispatch_batches') AS id
 ), claimed AS (
@@ -123,11 +134,14 @@ WITH RECURSIVE tenants(tenant) AS (
                                 WHEN 'closed' THEN 'send window closed; due again at its next opening'
                                 ELSE r.reason END,
            finished_at    = CASE WHEN j.verdict IN ('deadline', 'no_window') THEN @now::timestamptz END,
+           claimed_at     = CASE WHEN j.fold THEN @now::timestamptz ELSE r.claimed_at END,
+           claimed_fence  = CASE WHEN j.fold THEN r.fence + 1 ELSE r.claimed_fence END,
+           claimed_by     = CASE WHEN j.fold THEN @actor::text ELSE r.claimed_by END,
            updated_at     = @now
-      FROM judged j, batch
+      FROM folds j, batch
      WHERE r.id = j.id
  RETURNING r.id, j.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
-           r.due_at, r.dispatch_batch, r.reason, j.verdict
+           r.due_at, r.dispatch_batch, r.reason, j.verdict, j.fold
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, state, fence, @actor,
@@ -137,6 +151,7 @@ WITH RECURSIVE tenants(tenant) AS (
                         WHEN 'closed' THEN reason || ' (' || to_char(due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
                         ELSE reason END, @now
       FROM claimed
+     WHERE NOT fold
 )
 SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch,
        -- more: some tenant filled its part, so due rows may be left
@@ -430,19 +445,29 @@ WITH m AS (
         OR nudge_window_open(w.window_open, w.window_close, w.window_days, coalesce(nullif(w.tz, ''), 'UTC'),
                              @now::timestamptz)
 ), upd AS (
+    -- The reminder's first attempt, from enqueued, goes into the row's
+    -- started slot (empty then, unless a replay reset the attempts); any
+    -- other into an event. A folded one leaves started_fence = the new fence.
     UPDATE reminders r
        SET state = 'sending', fence = r.fence + 1, attempts = r.attempts + 1,
-           lease_until = @lease_until, next_attempt_at = NULL, updated_at = @now
+           lease_until = @lease_until, next_attempt_at = NULL, updated_at = @now,
+           started_at = CASE WHEN r.state = 'enqueued' AND r.attempts = 0 AND r.started_at IS NULL
+                             THEN @now::timestamptz ELSE r.started_at END,
+           started_fence = CASE WHEN r.state = 'enqueued' AND r.attempts = 0 AND r.started_at IS NULL
+                                THEN r.fence + 1 ELSE r.started_fence END,
+           started_by = CASE WHEN r.state = 'enqueued' AND r.attempts = 0 AND r.started_at IS NULL
+                             THEN @actor::text ELSE r.started_by END
       FROM cur
      WHERE r.id = cur.id AND r.fence = cur.fence AND r.channel = @channel
        AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
        AND r.deadline > @now AND r.due_at <= @now
        AND (r.state = 'retrying' AND r.next_attempt_at > @now) IS NOT TRUE -- never before its back-off
- RETURNING r.id, cur.old_state, r.fence, r.attempts
+ RETURNING r.id, cur.old_state, r.fence, r.attempts, r.started_fence IS NOT DISTINCT FROM r.fence AS fold
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'sending', fence, @actor, 'attempt_claimed', 'attempt ' || attempts || ' claimed', @now
       FROM upd
+     WHERE NOT fold
 ), att AS (
     INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at, provider)
     SELECT id, attempts, fence, @actor, @now, nullif(@provider::text, '') FROM upd
@@ -476,6 +501,9 @@ WITH o AS (
                     || CASE WHEN o.state IN ('failed', 'expired') AND nudge_outcome_unknown(r.id, o.attempt_id)
                             THEN '; an earlier attempt''s outcome is unknown' ELSE '' END,
            finished_at = CASE WHEN o.state IN ('delivered', 'failed', 'expired') THEN @now::timestamptz END,
+           -- a delivery (code delivered) goes into the row's delivered slot:
+           -- its time, fence and reason are the terminal row's own
+           delivered_by = CASE WHEN o.code = 'delivered' THEN @actor::text ELSE r.delivered_by END,
            updated_at = @now
       FROM o
      WHERE r.id = o.id AND r.fence = o.fence AND (r.state = 'sending') IS TRUE
@@ -494,6 +522,7 @@ WITH o AS (
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, 'sending', state, fence, @actor, code, coalesce(nullif(reason, ''), state), @now FROM upd
+     WHERE code <> 'delivered'
 )
 SELECT id FROM upd;
 

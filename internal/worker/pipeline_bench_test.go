@@ -366,7 +366,7 @@ func runPipeline(b *testing.B, n, k int) {
 	var delivered int
 	if err := db.Pool.QueryRow(ctx, `SELECT min(at) FILTER (WHERE reason = 'claimed for dispatch'),
 		       max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled')),
-		       count(*) FILTER (WHERE to_state = 'delivered') FROM reminder_events`).
+		       count(*) FILTER (WHERE to_state = 'delivered') FROM reminder_timeline`).
 		Scan(&first, &last, &delivered); err != nil {
 		b.Fatal(err)
 	}

@@ -57,10 +57,13 @@ func GetByKey(ctx context.Context, q Querier, tenant, key string) (reminder.Remi
 	return r, nil
 }
 
-// Events returns the reminder's state transitions, oldest first.
+// Events returns the reminder's state transitions, oldest first: its
+// timeline (the view reminder_timeline, schema version 30), the events
+// stored in reminder_events and those folded into the reminder's row (whose
+// ID is 0).
 func Events(ctx context.Context, q Querier, id int64) ([]reminder.Event, error) {
-	rows, err := q.Query(ctx, `SELECT id, coalesce(from_state, ''), to_state, fence, actor, coalesce(code, ''), reason, at
-		FROM reminder_events WHERE reminder_id = $1 ORDER BY id`, id)
+	rows, err := q.Query(ctx, `SELECT coalesce(id, 0), coalesce(from_state, ''), to_state, fence, actor, coalesce(code, ''),
+		reason, at FROM reminder_timeline WHERE reminder_id = $1 ORDER BY seq`, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading events of reminder %d: %w", id, err)
 	}

@@ -148,6 +148,9 @@ func StoredWindow(open, close, days *int32) (*localtime.Window, error) {
 
 // Event is one recorded state transition.
 type Event struct {
+	// ID is the reminder_events row's, 0 for an event folded into the
+	// reminder's row (schema version 30: the happy path's claim, first
+	// attempt and delivery), which has none.
 	ID    int64  `json:"id"`
 	From  State  `json:"from,omitempty"`
 	To    State  `json:"to"`

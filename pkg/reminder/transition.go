@@ -104,6 +104,12 @@ type Transition struct {
 	// earlier, which may still run during a rollout; no statement of this
 	// version makes them.
 	Legacy bool
+	// Folded names the slot of the reminder's row (schema version 30) that
+	// holds this transition's event instead of a reminder_events row, when
+	// it is the happy path's move and the slot is empty: the reminder's
+	// first claim, first attempt, its delivery. Empty: always an event row.
+	// Readers see both through the view reminder_timeline.
+	Folded string
 	// Doc says when, in a few words.
 	Doc string
 }
@@ -137,6 +143,16 @@ func each(froms []State, t Transition) []Transition {
 	return out
 }
 
+// foldFrom marks the transition of ts from one state as folded into slot.
+func foldFrom(from State, slot string, ts []Transition) []Transition {
+	for i := range ts {
+		if ts[i].From == from {
+			ts[i].Folded = slot
+		}
+	}
+	return ts
+}
+
 // Transitions is every move a reminder may make, and the only place that
 // says so. Every statement that writes reminders is checked against it
 // (schema/transitions_test.go runs each from every state), and the table in
@@ -154,7 +170,8 @@ var Transitions = slices.Concat(
 		Doc: "new content (recipient, template, data) under a new fence, times kept: a queued message of the old content is discarded; never while sending"}),
 	[]Transition{
 		{From: Pending, To: Enqueued, Actor: Dispatcher, Code: CodeClaimed, Statement: "ClaimDue",
-			Doc: "due before the run's cutoff: dispatch lease and batch number, then published"},
+			Folded: "claimed_at, claimed_fence, claimed_by (the first claim)",
+			Doc:    "due before the run's cutoff: dispatch lease and batch number, then published"},
 		{From: Pending, To: Expired, Actor: Dispatcher, Code: CodeDeadlineBeforeDispatch, Statement: "ClaimDue, ExpireDue",
 			Doc: "due, but its deadline passed before it was claimed"},
 		{From: Pending, To: Pending, Actor: Dispatcher, Code: CodeWindowClosed, Statement: "ClaimDue",
@@ -170,8 +187,9 @@ var Transitions = slices.Concat(
 		Statement: "Release", Doc: "the broker did not confirm the publish; claimed again next run"}),
 	each([]State{Leased, Enqueued}, Transition{To: Pending, Actor: Reconciler, Code: CodePublishNotConfirmed,
 		Statement: "Release", Doc: "a republish the broker did not confirm"}),
-	each(claimable, Transition{To: Sending, Actor: Worker, Code: CodeAttemptClaimed, Statement: "ClaimForDelivery",
-		Doc: "the message's fence is current, the row due and before its deadline: a send lease and an attempt"}),
+	foldFrom(Enqueued, "started_at, started_fence, started_by (the first attempt)",
+		each(claimable, Transition{To: Sending, Actor: Worker, Code: CodeAttemptClaimed, Statement: "ClaimForDelivery",
+			Doc: "the message's fence is current, the row due and before its deadline: a send lease and an attempt"})),
 	each(claimable, Transition{To: Expired, Actor: Worker, Code: CodeDeadlineBeforeSend, Statement: "SettleQueued",
 		Doc: "the deadline is reached before the send started (ExpireFenced)"}),
 	each(claimable, Transition{To: Expired, Actor: Worker, Code: CodeNoCapacity, Statement: "SettleQueued",
@@ -182,7 +200,7 @@ var Transitions = slices.Concat(
 		Doc: "the message keeps failing its consumer: dead-lettered, parked for an operator (Quarantine)"}),
 	[]Transition{
 		{From: Sending, To: Delivered, Actor: Worker, Code: CodeDelivered, Statement: "RecordOutcomes",
-			Doc: "the provider accepted"},
+			Folded: "delivered_by, with the row's fence, finished_at and reason", Doc: "the provider accepted"},
 		{From: Sending, To: Retrying, Actor: Worker, Code: CodeRetry, Statement: "RecordOutcomes",
 			Doc: "a retryable failure (or a missed send slot): a retry message waits in a tier"},
 		{From: Sending, To: Failed, Actor: Worker, Code: CodePermanentFailure, Statement: "RecordOutcomes",
@@ -360,7 +378,11 @@ func TransitionsMarkdown() string {
 		if t.Legacy {
 			stmt = "(before version 7)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | `%s` | %s | %s |\n", show(t.From), show(t.To), t.Actor, t.Code, stmt, t.Doc)
+		doc := t.Doc
+		if t.Folded != "" {
+			doc += "; the event folded into the row: " + t.Folded
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | `%s` | %s | %s |\n", show(t.From), show(t.To), t.Actor, t.Code, stmt, doc)
 	}
 	return b.String()
 }

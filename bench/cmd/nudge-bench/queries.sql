@@ -1,7 +1,10 @@
 -- Every statement the harness itself runs (Nudge's own statements come from
 -- internal/store): what it seeds, how it tells a run is over, and how it
 -- turns the event trail into rates and latencies. Parsed by
--- internal/sqlfile; the Go code names each one it runs.
+-- internal/sqlfile; the Go code names each one it runs. The event trail is
+-- the view reminder_timeline (schema version 30): the events stored in
+-- reminder_events and those the happy path folds into the reminder's row,
+-- with the same columns, so every figure is computed as before.
 
 -- ---------------------------------------------------------------- progress
 
@@ -29,7 +32,7 @@ SELECT count(*) FROM river_job WHERE state = 'completed';
 -- First claim to last terminal state, from the event trail.
 SELECT min(at) FILTER (WHERE from_state = 'pending' AND to_state = 'enqueued'),
        max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
-  FROM reminder_events;
+  FROM reminder_timeline;
 
 -- name: RiverSpan
 SELECT min(attempted_at), max(finalized_at) FROM river_job;
@@ -40,7 +43,7 @@ WITH l AS (
     SELECT reminder_id,
            max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
          - min(at) FILTER (WHERE from_state = 'pending' AND to_state = 'enqueued') AS d
-      FROM reminder_events GROUP BY reminder_id)
+      FROM reminder_timeline GROUP BY reminder_id)
 SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM max(d)) * 1000
@@ -74,7 +77,7 @@ WITH ev AS (
            min(e.at) FILTER (WHERE e.to_state = 'sending') AS started,
            max(e.at) FILTER (WHERE e.to_state IN ('delivered', 'failed', 'expired', 'canceled')) AS done
       FROM reminders m
-      JOIN reminder_events e ON e.reminder_id = m.id
+      JOIN reminder_timeline e ON e.reminder_id = m.id
       LEFT JOIN publish_confirms c ON c.batch = m.dispatch_batch
      GROUP BY m.id, m.due_at, c.confirmed_at
 ), h AS (

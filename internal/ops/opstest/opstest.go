@@ -204,11 +204,12 @@ type Event struct {
 	Reason   string
 }
 
-// Events returns the events of reminder id, oldest first.
+// Events returns the events of reminder id, oldest first: its timeline
+// (stored and folded events, schema version 30).
 func Events(t testing.TB, db pg.Querier, id int64) []Event {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT coalesce(from_state, ''), to_state, fence, actor, reason
-		FROM reminder_events WHERE reminder_id = $1 ORDER BY id`, id)
+		FROM reminder_timeline WHERE reminder_id = $1 ORDER BY seq`, id)
 	require.NoError(t, err)
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
 		var e Event
