@@ -88,6 +88,7 @@ func main() {
 	flag.StringVar(&scrapeSizes, "scrape-sizes", "10000,1000000,10000000", "table sizes of the scrape-and-pass runs (on the scale section's tables, built once for both): pending reminders scheduled from tomorrow on, besides the due sets, of which a backlog of 1,000 is due at the scrape's clock")
 	flag.IntVar(&o.controlSize, "control-size", 10000, "rows of the control table built beside every scale and scrape table (scheduled for later, besides the due sets, as the table's)")
 	flag.IntVar(&o.scalePerRun, "scale-claims", 5000, "rows claimed per scale run and layout (every table holds 2 × -runs times as many due rows on top of its size)")
+	flag.IntVar(&envelopeSize, "envelope-size", envelopeSize, "reminders per broker message of every dispatcher (dispatcher --envelope-size; 1: a message per reminder); the dispatcher-alone section also runs at 1")
 	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
 	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
 	flag.IntVar(&o.procPrefetch, "proc-prefetch", 500, "the worker process's --prefetch")
@@ -151,7 +152,8 @@ func (o options) nFor(k int) int {
 
 type results struct {
 	raw      []rawResult
-	disp     []dispatchResult
+	disp     []dispatchResult // at -envelope-size
+	disp1    []dispatchResult // a message per reminder (the flag's default in production until every worker is upgraded)
 	e2e      map[int][]e2eResult
 	sink     []e2eResult           // the headline worker count, in-process sink instead of the fake SMS provider
 	river    map[int][]riverResult // River with MaxWorkers riverPerWorker and default fetch settings
@@ -258,12 +260,20 @@ func run(ctx context.Context, o options) error {
 			lap("raw")
 		}
 		if o.sections["dispatcher"] {
-			dr, err := dispatcherAlone(ctx, e, o.nOther)
+			dr, err := dispatcherAlone(ctx, e, o.nOther, envelopeSize)
 			if err != nil {
 				return fmt.Errorf("dispatcher alone: %w", err)
 			}
-			fmt.Printf("  dispatcher alone: %.0f reminders/s (%d batches)\n", dr.Rate, dr.Batches)
+			fmt.Printf("  dispatcher alone, envelopes of %d: %.0f reminders/s (%d batches)\n", envelopeSize, dr.Rate, dr.Batches)
 			r.disp = append(r.disp, dr)
+			if envelopeSize != 1 {
+				d1, err := dispatcherAlone(ctx, e, o.nOther, 1)
+				if err != nil {
+					return fmt.Errorf("dispatcher alone, a message per reminder: %w", err)
+				}
+				fmt.Printf("  dispatcher alone, a message per reminder: %.0f reminders/s\n", d1.Rate)
+				r.disp1 = append(r.disp1, d1)
+			}
 			lap("dispatcher")
 		}
 		if o.sections["e2e"] {

@@ -176,9 +176,18 @@ func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from stri
 	return s, nil
 }
 
+// envelopeSize is the dispatchers' dispatch.Config.EnvelopeSize (-envelope-size):
+// reminders per broker message.
+var envelopeSize = 50
+
 func (s *nudgeSetup) dispatcher(e *env, keys *message.Keyring, m *metrics.Metrics) (*dispatch.Dispatcher, *broker.Publisher) {
+	return s.dispatcherSized(e, keys, m, envelopeSize)
+}
+
+func (s *nudgeSetup) dispatcherSized(e *env, keys *message.Keyring, m *metrics.Metrics, envelope int) (*dispatch.Dispatcher, *broker.Publisher) {
 	pub := broker.NewPublisher(e.amqpURL, s.topo, "nudge-bench-dispatcher")
 	return &dispatch.Dispatcher{
+		Config: dispatch.Config{EnvelopeSize: envelope},
 		Enqueuer: dispatch.Enqueuer{
 			Store: store.New(s.pool), Publisher: pub, Keys: keys, Topology: s.topo,
 			Clock: clock.Real{}, Actor: "bench-dispatcher", Metrics: m,
@@ -195,8 +204,9 @@ type dispatchResult struct {
 }
 
 // dispatcherAlone runs one dispatcher pass over n due reminders with no
-// worker consuming: claim + publish (confirms) + record the publish confirmations.
-func dispatcherAlone(ctx context.Context, e *env, n int) (dispatchResult, error) {
+// worker consuming: claim + publish (confirms) + record the publish
+// confirmations, envelope reminders per message.
+func dispatcherAlone(ctx context.Context, e *env, n, envelope int) (dispatchResult, error) {
 	var res dispatchResult
 	s, err := setupNudge(ctx, e, n, nil)
 	if err != nil {
@@ -207,7 +217,7 @@ func dispatcherAlone(ctx context.Context, e *env, n int) (dispatchResult, error)
 	if err != nil {
 		return res, err
 	}
-	d, pub := s.dispatcher(e, keys, nil)
+	d, pub := s.dispatcherSized(e, keys, nil, envelope)
 	defer pub.Close()
 	resetPeakRSS()
 	sum, err := d.RunOnce(ctx)

@@ -202,7 +202,7 @@ func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int
 	}
 
 	d, err := startChild("dispatcher", bins.dispatcher, filepath.Join(bins.dir, "dispatcher.log"),
-		append(common, "--batch", strconv.Itoa(batch), "--every", "1s"), keys)
+		append(common, "--batch", strconv.Itoa(batch), "--every", "1s", "--envelope-size", strconv.Itoa(envelopeSize)), keys)
 	if err != nil {
 		return res, err
 	}
