@@ -90,7 +90,9 @@ func setup(t *testing.T, n int) *bundle {
 	require.NoError(t, err)
 	b.pub = broker.NewPublisher(b.amqpURL, b.topo, "campaign-test")
 	t.Cleanup(b.pub.Close)
-	b.now = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	// The database admits a campaign against its own now(), so the fake clock
+	// starts at the real time (to the microsecond PostgreSQL keeps).
+	b.now = time.Now().UTC().Truncate(time.Microsecond)
 	b.clock = clock.NewFake(b.now)
 	return b
 }
