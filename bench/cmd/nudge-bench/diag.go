@@ -126,7 +126,7 @@ func diagnose(ctx context.Context, e *env, n, k int) error {
 
 	sctx, stop := context.WithCancel(ctx)
 	result := sampleActivity(sctx, e)
-	res, err := nudgeE2E(ctx, e, n, k, "", false)
+	res, err := nudgeE2E(ctx, e, n, k, "", false, nil)
 	stop()
 	counts := result()
 	if err != nil {

@@ -165,6 +165,7 @@ type results struct {
 	sched    []riverResult // River, jobs inserted as scheduled, headline worker count
 	burst    []latencyResult
 	planning []planningResult
+	storage  storageResult // after the first headline run
 	elapsed  time.Duration
 	spent    map[string]time.Duration // wall time by section, seeding and cleanup included
 	profiled string
@@ -282,7 +283,11 @@ func run(ctx context.Context, o options) error {
 				if i == 0 && k == o.profileWorkers && o.prof != "" {
 					prof, r.profiled = o.prof, o.prof
 				}
-				er, err := nudgeE2E(ctx, e, o.nFor(k), k, prof, false)
+				var storage *storageResult
+				if i == 0 && k == o.headline {
+					storage = &r.storage
+				}
+				er, err := nudgeE2E(ctx, e, o.nFor(k), k, prof, false, storage)
 				if err != nil {
 					return fmt.Errorf("nudge e2e, %d workers: %w", k, err)
 				}
@@ -290,7 +295,7 @@ func run(ctx context.Context, o options) error {
 					k, o.nFor(k), er.Rate, er.Elapsed.Round(time.Millisecond), er.Delivered, er.P99)
 				r.e2e[k] = append(r.e2e[k], er)
 				if k == o.headline {
-					sr, err := nudgeE2E(ctx, e, o.nFor(k), k, "", true)
+					sr, err := nudgeE2E(ctx, e, o.nFor(k), k, "", true, nil)
 					if err != nil {
 						return fmt.Errorf("nudge e2e with an in-process sink, %d workers: %w", k, err)
 					}

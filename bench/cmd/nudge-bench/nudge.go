@@ -367,7 +367,9 @@ func dispatchUntilDone(ctx context.Context, d *dispatch.Dispatcher) ([]string, e
 // nudgeE2E runs n reminders through one dispatcher pass and k workers,
 // sending to the fake SMS provider over HTTP, or with sink to an in-process
 // sink (no HTTP hop: the like-for-like comparison with River's no-op jobs).
-func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool) (e2eResult, error) {
+// nudgeE2E runs n reminders through k workers; with storage set it then
+// measures what they occupy over the retention windows (measureStorage).
+func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, storage *storageResult) (e2eResult, error) {
 	var res e2eResult
 	s, err := setupNudge(ctx, e, n, nil)
 	if err != nil {
@@ -470,6 +472,9 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool) 
 	}
 	res.Elapsed = last.Sub(first)
 	res.Rate = float64(n) / res.Elapsed.Seconds()
-	err = s.pool.QueryRow(ctx, stmt("ClaimToTerminal")).Scan(&res.P50, &res.P99, &res.Max)
+	if err = s.pool.QueryRow(ctx, stmt("ClaimToTerminal")).Scan(&res.P50, &res.P99, &res.Max); err != nil || storage == nil {
+		return res, err
+	}
+	*storage, err = measureStorage(ctx, s, n)
 	return res, err
 }

@@ -255,3 +255,18 @@ INSERT INTO reminders OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminders ORDE
 INSERT INTO reminder_events OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminder_events ORDER BY id;
 SELECT setval(pg_get_serial_sequence('reminders', 'id'), (SELECT max(id) FROM reminders));
 SELECT setval(pg_get_serial_sequence('reminder_events', 'id'), (SELECT max(id) FROM reminder_events));
+
+-- ---------------------------------------------------------------- storage
+
+-- name: StorageByTable
+-- Every table of the run's schema with what it holds on disk: heap, TOAST
+-- and indexes (pg_total_relation_size), after VACUUM FULL, so the figure is
+-- what the rows take, not the free space their updates left behind.
+SELECT c.relname, pg_total_relation_size(c.oid)
+  FROM pg_class c
+ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+ ORDER BY c.relname;
+
+-- name: PayloadBytes
+-- The average stored size of the columns the payload window empties or masks.
+SELECT coalesce(avg(pg_column_size(data) + pg_column_size(recipient)), 0) FROM reminders;

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -339,6 +340,13 @@ func report(o options, m machine, r results) error {
 		p("%s.\n\n", notRun)
 	} else {
 		reportScrape(p, o, r)
+	}
+
+	p("## 4d. Storage per reminder over the retention windows\n\n")
+	if len(r.storage.Stages) == 0 {
+		p("%s.\n\n", notRun)
+	} else {
+		reportStorage(p, r.storage)
 	}
 
 	p("## 4c. Planning a campaign: intents per second\n\n")
@@ -693,4 +701,43 @@ func reportPlanning(p func(string, ...any), r results) {
 	p("| slice time, ms (mean per run) | %s |\n", fmtSf(pick(r.planning, func(x planningResult) float64 { return x.SliceMs })))
 	p("| slice cycle, ms (median per run) | %s |\n", fmtSf(pick(r.planning, func(x planningResult) float64 { return x.CycleMs })))
 	p("| slices per run | %s |\n\n", fmtS(pick(r.planning, func(x planningResult) float64 { return float64(x.Slices) })))
+}
+
+// reportStorage prints storage per reminder at each age: each stage's bytes
+// less the last stage's (every reminder and event gone: what the empty
+// tables and their indexes occupy whatever the count), over the reminders.
+func reportStorage(p func(string, ...any), st storageResult) {
+	p("After the first headline run (%s SMS reminders, all delivered), its schema compacted with `VACUUM FULL` and measured "+
+		"(`pg_total_relation_size`: heap, TOAST and indexes), then the reconciler's retention pass (`internal/retention`, default windows) "+
+		"run with its clock past each window until a pass finds nothing, and measured again. Bytes per reminder are a stage's size "+
+		"less the last stage's (the empty tables and their indexes), over the reminders; the bench's payload (`data` and `recipient`) "+
+		"is %.0f bytes a reminder as stored: a larger payload adds its own size until the payload window.\n\n", thousands(st.N), st.Payload)
+	base := st.Stages[len(st.Stages)-1]
+	per := func(stage storageStage, table string) float64 {
+		return float64(stage.Bytes[table]-base.Bytes[table]) / float64(st.N)
+	}
+	var tables []string // those a reminder occupies a byte of at some age
+	for _, t := range st.Tables {
+		if slices.ContainsFunc(st.Stages, func(s storageStage) bool { return per(s, t) >= 1 }) {
+			tables = append(tables, t)
+		}
+	}
+	p("| age of the delivered reminders | bytes per reminder | rows changed or removed by retention to get there |")
+	for _, t := range tables {
+		p(" %s |", t)
+	}
+	p("\n|---|---|---|")
+	for range tables {
+		p("---|")
+	}
+	p("\n")
+	for _, stage := range st.Stages[:len(st.Stages)-1] {
+		p("| %s | **%.0f** | %s |", stage.Age, float64(stage.Total-base.Total)/float64(st.N), thousands(int(stage.Removed)))
+		for _, t := range tables {
+			p(" %.0f |", per(stage, t))
+		}
+		p("\n")
+	}
+	p("\nThe empty tables and indexes left after the event window: %s (rows past every window removed: %s).\n\n",
+		byteSize(base.Total), thousands(int(base.Removed)))
 }
