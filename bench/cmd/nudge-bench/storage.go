@@ -77,8 +77,16 @@ func measureStorage(ctx context.Context, s *nudgeSetup, n int) (storageResult, e
 			}
 		}
 		stage := storageStage{Age: st.age, Bytes: map[string]int64{}, Removed: removed}
-		if _, err := s.pool.Exec(ctx, "VACUUM FULL"); err != nil {
-			return res, fmt.Errorf("compacting: %w", err)
+		// Only the run's own tables: a database-wide VACUUM FULL would
+		// lock and rewrite whatever else the server holds.
+		tables, err := schemaTables(ctx, s)
+		if err != nil {
+			return res, err
+		}
+		for _, t := range tables {
+			if _, err := s.pool.Exec(ctx, "VACUUM FULL "+pgx.Identifier{t}.Sanitize()); err != nil {
+				return res, fmt.Errorf("compacting %s: %w", t, err)
+			}
 		}
 		rows, err := s.pool.Query(ctx, stmt("StorageByTable"))
 		if err != nil {
@@ -103,6 +111,22 @@ func measureStorage(ctx context.Context, s *nudgeSetup, n int) (storageResult, e
 	}
 	slices.Sort(res.Tables)
 	return res, nil
+}
+
+// schemaTables names the tables of the run's schema.
+func schemaTables(ctx context.Context, s *nudgeSetup) ([]string, error) {
+	rows, err := s.pool.Query(ctx, stmt("StorageByTable"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	var name string
+	var size int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &size}, func() error {
+		names = append(names, name)
+		return nil
+	})
+	return names, err
 }
 
 func days(d time.Duration) string { return fmt.Sprintf("%d days", int(d/(24*time.Hour))) }
