@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nudgehq/nudge/internal/clock"
@@ -29,18 +30,38 @@ func (w *Worker) sendClaimed(ctx context.Context, sending []*item, now time.Time
 	return nil
 }
 
-// sendAndRecord sends claimed attempts (each at its slot, if it has one)
-// and records their outcomes as the sends finish (recordAsDone), handing
-// retries to their tier.
+// sendAndRecord sends claimed attempts (each at its slot, if it has one),
+// records their outcomes in one statement and hands retries to their tier.
 func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
 	if !w.readUnknown(ctx, sending) {
 		return // nothing sent: the send leases expire and the reconciler retries
 	}
-	done := make(chan *item, len(sending))
+	var wg sync.WaitGroup
 	for _, it := range sending {
-		go func() { w.send(ctx, it); done <- it }()
+		wg.Go(func() { w.send(ctx, it) })
 	}
-	w.recordAsDone(ctx, sending, done)
+	wg.Wait()
+	faults.Inject(faults.WorkerAfterSend)
+
+	if ctx.Err() != nil {
+		// The grace period ran out and our own cancel cut the sends short:
+		// their outcome is unknown. Record nothing; the send leases expire
+		// and the reconciler retries them with the same idempotency key.
+		return
+	}
+	outs := make([]store.Outcome, len(sending))
+	for i, it := range sending {
+		outs[i] = it.out
+	}
+	var moved map[int64]bool
+	if err := w.retryDB(ctx, "recording outcomes", func() (err error) {
+		moved, err = w.store.RecordOutcomes(context.WithoutCancel(ctx), w.clock.Now(), outs, w.cfg.Name)
+		return err
+	}); err != nil {
+		return // the send lease expires; the reconciler retries with the same idempotency key
+	}
+	faults.Inject(faults.WorkerAfterRecord)
+	w.settleRecorded(ctx, sending, moved)
 }
 
 // settleRecorded counts and settles the recorded attempts: terminal ones are
