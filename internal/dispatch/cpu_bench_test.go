@@ -45,7 +45,8 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkRunOnceCPU measures what one dispatcher pass (RunOnce, batch 500)
+// BenchmarkRunOnceCPU measures what one dispatcher pass (RunOnce, batch 500,
+// or NUDGE_BENCH_BATCH: the rows one claim takes, as a shorter --every does)
 // over NUDGE_BENCH_N (default 10,000) due SMS reminders costs in CPU per
 // 1,000 reminders: this process (claim, sign, publish, record) and the
 // PostgreSQL backends of its pool (from /proc/PID/schedstat), which, unlike
@@ -108,7 +109,7 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
 		Store: store.New(pool), Publisher: pub, Keys: bu.keys, Topology: bu.mq.Topology, Clock: clock.Real{},
 		Actor: "bench-dispatcher",
-	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1)}}
+	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1), Batch: envInt("NUDGE_BENCH_BATCH", 500)}}
 	beam := testenv.BrokerPID()
 
 	pg := func() (sum int64) {
