@@ -1,7 +1,7 @@
 -- Nudge schema, version 31: a delivery attempt costs fewer writes (issue 18).
 --
 -- Every attempt row is inserted by ClaimForDelivery and updated once with
--- its outcome by RecordOutcomes. Two costs of that pair are not the row's
+-- its outcome by RecordOutcomes. Three costs of that pair are not the row's
 -- own (measured per delivered reminder with BenchmarkStatementCosts,
 -- docs/benchmarks.md):
 --
@@ -27,10 +27,29 @@
 --    by default). The setting applies to pages filled from now on; existing
 --    pages are not rewritten.
 --
--- Rolling upgrade: no statement changes. Workers of any version insert and
--- update attempts as before; retention of any version deletes reminders as
--- before and their attempts still go with them. Dropping the key and adding
--- the trigger take brief exclusive locks on both tables, no scan.
+-- 3. The worker's claim (enqueued -> sending) rewrote the reminder into
+--    reminders_open_deadline, whose predicate held sending rows too: one
+--    index entry per attempt that no statement needs. The rows that index
+--    serves are those owed an expiry: open ones past their deadline, and
+--    sending ones only once their send lease has run out, which
+--    reminders_leases finds (a sending row always holds a send lease). It is
+--    replaced by reminders_unsent_deadline, without sending rows.
+--    ExpireOverdue and UnknownAtDeadline now read the two indexes as two
+--    ordered parts.
+--
+-- Rolling upgrade: workers of any version insert and update attempts as
+-- before; retention of any version deletes reminders as before and their
+-- attempts still go with them. The previous release's ExpireOverdue and
+-- UnknownAtDeadline (a reconciler not yet rolled) test "state IN (the
+-- unsent states) OR (sending AND lease_until <= now)": the planner serves
+-- it with a BitmapOr of the two indexes (rows owed an expiry, sorted), as
+-- it serves the scrape's and nudgectl stats' min(deadline) over the unsent
+-- states with the new index. Dropping the key and adding the trigger take
+-- brief exclusive locks on both tables, no scan. Building the new index
+-- reads the whole table under a lock that holds writes back (seconds per
+-- million rows): a large install builds it first with CREATE INDEX
+-- CONCURRENTLY and the same definition (docs/deploy.md, Upgrades), which IF
+-- NOT EXISTS then keeps.
 
 ALTER TABLE delivery_attempts DROP CONSTRAINT IF EXISTS delivery_attempts_reminder_id_fkey;
 
@@ -53,3 +72,7 @@ CREATE TRIGGER reminders_delete_attempts AFTER DELETE ON reminders
     FOR EACH STATEMENT EXECUTE FUNCTION nudge_delete_attempts_of_deleted();
 
 ALTER TABLE delivery_attempts SET (fillfactor = 50);
+
+CREATE INDEX IF NOT EXISTS reminders_unsent_deadline ON reminders (deadline)
+    WHERE state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined');
+DROP INDEX IF EXISTS reminders_open_deadline;
