@@ -5,7 +5,7 @@
 -- name: DBGauges
 -- The gauges DBCollector derives. Each part reads a range of a partial index
 -- that holds work, not history or the future: the pending-due index up to
--- @now, the enqueued index, the open-deadline index up to @now, the leases
+-- @now, the enqueued index, the unsent-deadline index up to @now, the leases
 -- index up to @now, the in-flight states over the parked index (0027: leased,
 -- retrying, quarantined), the enqueued index and the leases index (a sending
 -- row always holds a send lease), the expired index over the

@@ -316,6 +316,15 @@ func statementCosts(b *testing.B, n int) {
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn1); err != nil {
 		b.Fatal(err)
 	}
+	// The attempts' heap once every claimed reminder has one, written and
+	// then updated with its outcome: what the table's fillfactor costs.
+	var attPages, attRows int64
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_relation_size('delivery_attempts') / 8192, count(*) FROM delivery_attempts`).
+		Scan(&attPages, &attRows); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("delivery_attempts: %d rows in %d heap pages (%.1f rows a page)", attRows, attPages,
+		float64(attRows)/float64(max(attPages, 1)))
 	// The schema's relations by file node, to name what pg_waldump records.
 	rels := map[string]string{}
 	rows, err := db.Pool.Query(ctx, `SELECT pg_relation_filenode(c.oid)::text, c.relname FROM pg_class c

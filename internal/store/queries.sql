@@ -18,7 +18,7 @@
 -- Statements that work on rows named by id test the state as
 -- "(r.state ...) IS TRUE". The planner cannot prove a partial index's
 -- predicate from that form, so it looks the rows up by primary key. From a
--- plain "r.state IN (...)" it proves the predicate of reminders_open_deadline
+-- plain "r.state IN (...)" it proves the predicate of reminders_unsent_deadline
 -- (or reminders_pending_due, reminders_leases) and, on a table without
 -- statistics (just after a bulk intake), estimates a scan of that index at a
 -- few rows: the scan then reads every open row to find a batch of 50 (20 ms
@@ -283,15 +283,35 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <
 -- it has nothing): UnknownAtDeadline and SettledByLookup settle those.
 -- One row per channel: how many expired, and how many of them were being
 -- sent under a send lease that had run out (lease expirations).
-WITH late AS (
-    SELECT id, state AS old_state
-      FROM reminders
-     WHERE deadline <= @now
-       AND (state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
-         OR (state = 'sending' AND lease_until <= @now))
-       AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
-                AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
-     ORDER BY deadline
+-- The rows not being sent are found by deadline (reminders_unsent_deadline),
+-- the sending ones among the send leases that ran out (reminders_leases:
+-- since schema version 31 no deadline index holds sending rows); each part
+-- yields at most @limit, oldest deadline first, so their union holds the
+-- @limit oldest. The rows are then locked by primary key, and the whole
+-- test, written "(...) IS TRUE" so that it cannot pick an index, is made
+-- again on the version locked.
+WITH candidates AS (
+    (SELECT id, deadline FROM reminders
+      WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+        AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
+                 AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
+      ORDER BY deadline
+      LIMIT @limit)
+    UNION ALL
+    (SELECT id, deadline FROM reminders
+      WHERE state = 'sending' AND lease_until <= @now AND deadline <= @now
+        AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
+                 AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
+      ORDER BY deadline
+      LIMIT @limit)
+), late AS (
+    SELECT r.id, r.state AS old_state
+      FROM reminders r
+     WHERE r.id IN (SELECT c.id FROM candidates c ORDER BY c.deadline LIMIT @limit)
+       AND (r.deadline <= @now
+            AND (r.state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+              OR (r.state = 'sending' AND r.lease_until <= @now))) IS TRUE
+     ORDER BY r.deadline
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
 ), upd AS (
@@ -315,14 +335,29 @@ SELECT channel, count(*), count(*) FILTER (WHERE old_state = 'sending') FROM upd
 -- name: UnknownAtDeadline
 -- The reminders ExpireOverdue holds for a lookup (see there), oldest
 -- deadline first, leaving out the @skip (asked about already this pass).
-SELECT id, fence, state, channel, tenant, recipient, idempotency_key, deadline
-  FROM reminders
- WHERE deadline <= @now AND deadline > @now - @hold_for::interval
-   AND (state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
-     OR (state = 'sending' AND lease_until <= @now))
-   AND channel = ANY(@channels::text[])
-   AND id <> ALL(@skip::bigint[])
-   AND nudge_outcome_unknown(id)
+-- Found as ExpireOverdue finds them: the rows not being sent by deadline,
+-- the sending ones among the send leases that ran out.
+SELECT * FROM (
+    (SELECT id, fence, state, channel, tenant, recipient, idempotency_key, deadline
+       FROM reminders
+      WHERE deadline <= @now AND deadline > @now - @hold_for::interval
+        AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+        AND channel = ANY(@channels::text[])
+        AND id <> ALL(@skip::bigint[])
+        AND nudge_outcome_unknown(id)
+      ORDER BY deadline
+      LIMIT @limit)
+    UNION ALL
+    (SELECT id, fence, state, channel, tenant, recipient, idempotency_key, deadline
+       FROM reminders
+      WHERE state = 'sending' AND lease_until <= @now
+        AND deadline <= @now AND deadline > @now - @hold_for::interval
+        AND channel = ANY(@channels::text[])
+        AND id <> ALL(@skip::bigint[])
+        AND nudge_outcome_unknown(id)
+      ORDER BY deadline
+      LIMIT @limit)
+) held
  ORDER BY deadline
  LIMIT @limit;
 

@@ -473,6 +473,35 @@ func TestExpireOverdueSparesLiveSend(t *testing.T) {
 	require.Equal(t, "deadline passed; last send attempt outcome unknown", b.get(t, id).Reason)
 }
 
+// ExpireOverdue finds the rows not being sent by deadline and the sending
+// ones among the send leases that ran out (schema version 31: no deadline
+// index holds sending rows); a batch still takes the oldest deadlines across
+// both.
+func TestExpireOverdueTakesTheOldestDeadlinesAcrossSendingAndWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	sending := b.schedule(t, "sending", now.Add(-time.Minute), now.Add(20*time.Second))
+	enqueued := b.schedule(t, "enqueued", now.Add(-time.Minute), now.Add(30*time.Second))
+	fence := b.enqueue(t, sending)
+	_, err := b.st.ClaimAttempts(ctx, now, []store.Fenced{{ID: sending, Fence: fence}}, 30*time.Second, "w")
+	require.NoError(t, err)
+	pending := b.schedule(t, "pending", now.Add(5*time.Second), now.Add(10*time.Second))
+
+	b.clock.Advance(2 * time.Minute) // every deadline passed, the send lease ran out
+	n, err := b.st.ExpireOverdue(ctx, b.clock.Now(), 2, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, reminder.Expired, b.get(t, pending).State)
+	require.Equal(t, reminder.Expired, b.get(t, sending).State)
+	require.Equal(t, reminder.Enqueued, b.get(t, enqueued).State, "the newest deadline waits for the next batch")
+	n, err = b.st.ExpireOverdue(ctx, b.clock.Now(), 2, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, reminder.Expired, b.get(t, enqueued).State)
+}
+
 func TestCanceledWhileQueuedCannotBeClaimed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
