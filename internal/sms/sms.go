@@ -461,7 +461,7 @@ var embedded embed.FS
 // {{with date .deadline}}on {{.}}{{else}}soon{{end}} never fails. The
 // rendered text is trimmed of surrounding whitespace.
 type Templates struct {
-	byName map[string]*template.Template
+	byName map[string]fastTemplate
 }
 
 // DefaultTemplates returns the templates embedded in the binary:
@@ -481,7 +481,7 @@ func ParseTemplates(fsys fs.FS, dir string) (*Templates, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading sms templates: %w", err)
 	}
-	t := &Templates{byName: make(map[string]*template.Template)}
+	t := &Templates{byName: make(map[string]fastTemplate)}
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), templateSuffix)
 		if !ok || name == "" || !e.Type().IsRegular() {
@@ -499,7 +499,7 @@ func ParseTemplates(fsys fs.FS, dir string) (*Templates, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parsing sms template %s: %w", path, err)
 		}
-		t.byName[name] = parsed
+		t.byName[name] = newFastTemplate(parsed)
 	}
 	return t, nil
 }
@@ -592,7 +592,7 @@ func (t *Templates) render(name string, data map[string]any, b *bytes.Buffer) (s
 	if !ok {
 		return "", fmt.Errorf("rendering %q: %w", name, ErrUnknownTemplate)
 	}
-	if err := tmpl.Execute(b, data); err != nil {
+	if err := tmpl.execute(b, data); err != nil {
 		return "", fmt.Errorf("rendering %q: %w", name, err)
 	}
 	text := bytes.TrimSpace(b.Bytes())
