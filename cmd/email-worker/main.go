@@ -19,6 +19,7 @@ import (
 )
 
 func main() {
+	config.GCDefaults(config.WorkerGCPercent, config.WorkerMemoryLimit)
 	var (
 		o         = fleet.Worker{Name: "email-worker", Config: worker.Config{Channel: reminder.Email}}
 		smtpURL   string

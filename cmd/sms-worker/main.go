@@ -23,6 +23,7 @@ import (
 )
 
 func main() {
+	config.GCDefaults(config.WorkerGCPercent, config.WorkerMemoryLimit)
 	var (
 		o         = fleet.Worker{Name: "sms-worker", Config: worker.Config{Channel: reminder.SMS}}
 		smsFlags  sms.Flags

@@ -22,6 +22,7 @@ import (
 )
 
 func main() {
+	config.GCDefaults(config.WorkerGCPercent, config.WorkerMemoryLimit)
 	var (
 		o  = fleet.Worker{Name: "webhook-worker", Config: worker.Config{Channel: reminder.Webhook}}
 		wh fleet.Webhook

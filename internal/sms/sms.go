@@ -35,6 +35,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 	"unicode/utf8"
@@ -54,6 +55,9 @@ const (
 	messagesPath = "v1/messages"
 	// maxResponseBody bounds how much of a response is read.
 	maxResponseBody = 64 << 10
+	// maxPooledRender bounds the output buffer a render keeps for the next
+	// one: an outsized message's buffer is left to the collector.
+	maxPooledRender = 4 << 10
 	// maxErrorExcerpt bounds the response body quoted in an error.
 	maxErrorExcerpt = 200
 	// templateSuffix names the template files LoadTemplates and
@@ -164,17 +168,25 @@ func New(cfg Config) (*Client, error) {
 	}, nil
 }
 
-// templateData is msg.Data plus the facts about the reminder, which win over
-// caller data with the same key (as in the email channel, so one reminder's
-// data renders on either).
-func templateData(msg provider.Message) map[string]any {
-	data := make(map[string]any, len(msg.Data)+3)
+// templateData fills data with msg.Data plus the facts about the reminder,
+// which win over caller data with the same key (as in the email channel, so
+// one reminder's data renders on either).
+func templateData(data map[string]any, msg provider.Message) {
 	maps.Copy(data, msg.Data)
 	data["reminder_id"] = msg.ReminderID
 	data["tenant"] = msg.Tenant
 	data["deadline"] = msg.Deadline
-	return data
 }
+
+// renderState is what one render needs besides the template: the data map
+// and the output buffer, reused across sends (a template cannot keep either:
+// it gets the map as dot and writes to the buffer only while it executes).
+type renderState struct {
+	data map[string]any
+	buf  bytes.Buffer
+}
+
+var renderStates = sync.Pool{New: func() any { return &renderState{data: make(map[string]any, 8)} }}
 
 // request is the provider's JSON request body.
 type request struct {
@@ -333,7 +345,16 @@ func render(t *Templates, msg provider.Message, via string) (string, error) {
 	if msg.IdempotencyKey == "" {
 		return "", provider.PermanentError("message", fmt.Errorf("sending reminder %d by %s: empty idempotency key", msg.ReminderID, via))
 	}
-	text, err := t.Render(msg.Template, templateData(msg))
+	st := renderStates.Get().(*renderState)
+	defer func() {
+		clear(st.data)
+		st.buf.Reset()
+		if st.buf.Cap() <= maxPooledRender {
+			renderStates.Put(st)
+		}
+	}()
+	templateData(st.data, msg)
+	text, err := t.render(msg.Template, st.data, &st.buf)
 	if err != nil {
 		return "", provider.PermanentError("template", fmt.Errorf("sending reminder %d by %s: %w", msg.ReminderID, via, err))
 	}
@@ -440,7 +461,7 @@ var embedded embed.FS
 // {{with date .deadline}}on {{.}}{{else}}soon{{end}} never fails. The
 // rendered text is trimmed of surrounding whitespace.
 type Templates struct {
-	byName map[string]*template.Template
+	byName map[string]fastTemplate
 }
 
 // DefaultTemplates returns the templates embedded in the binary:
@@ -460,7 +481,7 @@ func ParseTemplates(fsys fs.FS, dir string) (*Templates, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading sms templates: %w", err)
 	}
-	t := &Templates{byName: make(map[string]*template.Template)}
+	t := &Templates{byName: make(map[string]fastTemplate)}
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), templateSuffix)
 		if !ok || name == "" || !e.Type().IsRegular() {
@@ -478,7 +499,7 @@ func ParseTemplates(fsys fs.FS, dir string) (*Templates, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parsing sms template %s: %w", path, err)
 		}
-		t.byName[name] = parsed
+		t.byName[name] = newFastTemplate(parsed)
 	}
 	return t, nil
 }
@@ -561,17 +582,22 @@ func (t *Templates) Names() []string {
 // Render executes the named template with data. Errors wrap
 // ErrUnknownTemplate or ErrEmptyBody, or carry the template's own failure.
 func (t *Templates) Render(name string, data map[string]any) (string, error) {
+	var b bytes.Buffer
+	return t.render(name, data, &b)
+}
+
+// render is Render writing through b, an empty buffer the caller may reuse.
+func (t *Templates) render(name string, data map[string]any, b *bytes.Buffer) (string, error) {
 	tmpl, ok := t.byName[name]
 	if !ok {
 		return "", fmt.Errorf("rendering %q: %w", name, ErrUnknownTemplate)
 	}
-	var b strings.Builder
-	if err := tmpl.Execute(&b, data); err != nil {
+	if err := tmpl.execute(b, data); err != nil {
 		return "", fmt.Errorf("rendering %q: %w", name, err)
 	}
-	text := strings.TrimSpace(b.String())
-	if text == "" {
+	text := bytes.TrimSpace(b.Bytes())
+	if len(text) == 0 {
 		return "", fmt.Errorf("rendering %q: %w", name, ErrEmptyBody)
 	}
-	return text, nil
+	return string(text), nil
 }

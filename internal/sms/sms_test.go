@@ -12,11 +12,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/fakesms"
@@ -34,7 +36,7 @@ type bundle struct {
 	http *http.Client
 }
 
-func setup(t *testing.T, opts ...fakesms.Option) *bundle {
+func setup(t testing.TB, opts ...fakesms.Option) *bundle {
 	t.Helper()
 	fake := fakesms.New(opts...)
 	ts := httptest.NewServer(fake)
@@ -43,7 +45,7 @@ func setup(t *testing.T, opts ...fakesms.Option) *bundle {
 	return &bundle{fake: fake, url: ts.URL, http: ts.Client()}
 }
 
-func (b *bundle) client(t *testing.T, timeout time.Duration) *sms.Client {
+func (b *bundle) client(t testing.TB, timeout time.Duration) *sms.Client {
 	t.Helper()
 	c, err := sms.New(sms.Config{URL: b.url, Timeout: timeout, Sender: "Nudge", HTTPClient: b.http})
 	require.NoError(t, err)
@@ -643,6 +645,41 @@ func TestSendAddsReminderFacts(t *testing.T) {
 	_, err = c.Send(t.Context(), msg)
 	require.NoError(t, err)
 	require.Equal(t, "42 acme 2030-01-31 x", b.fake.Messages()[0].Body)
+}
+
+// TestSendRendersEachMessageFromItsOwnData: renders reuse their data map and
+// buffer from one send to the next; nothing of an earlier message's data or
+// text may reach a later one, also when sends run at once.
+func TestSendRendersEachMessageFromItsOwnData(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.client(t, 0)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			msg := message(fmt.Sprintf("k%d", i))
+			msg.ReminderID = int64(i)
+			msg.Data = map[string]any{}
+			if i%2 == 0 {
+				msg.Data = map[string]any{"learner": fmt.Sprintf("Learner %d", i), "course": "Course " + strings.Repeat("x", i*40)}
+			}
+			_, err := c.Send(t.Context(), msg)
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	msgs := b.fake.Messages()
+	require.Len(t, msgs, 40)
+	for _, m := range msgs {
+		i, err := strconv.Atoi(m.Reference)
+		require.NoError(t, err)
+		want := "Hi there, your access to your course expires on 31 Jan 2030. Finish your lessons before then to keep your progress."
+		if i%2 == 0 {
+			want = fmt.Sprintf("Hi Learner %d, your access to Course %s expires on 31 Jan 2030. Finish your lessons before then to keep your progress.",
+				i, strings.Repeat("x", i*40))
+		}
+		require.Equal(t, want, m.Body, "reminder %d", i)
+	}
 }
 
 func TestLoadTemplates(t *testing.T) {
