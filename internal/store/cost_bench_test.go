@@ -63,6 +63,7 @@ type cost struct {
 	walFPI, hit, dirtied   int64
 	cpuNS                  int64 // the backend's on-CPU time (schedstat)
 	planMs                 float64
+	generic, custom        int64              // plans of the last connection's prepared statement (NUDGE_BENCH_EXEC=prepared)
 	writes                 map[string]float64 // ms per written relation
 	writeRecs, writeBytesM map[string]int64
 }
@@ -129,10 +130,29 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 	if os.Getenv("NUDGE_BENCH_TIMING") == "off" {
 		options += ", TIMING OFF"
 	}
+	// NUDGE_BENCH_EXEC=prepared runs the statement itself, as the binaries
+	// do (pgx's cached prepared statement, so PostgreSQL's plan cache picks
+	// custom or generic plans): CPU and plan-cache counts only, no plan.
+	prepared := os.Getenv("NUDGE_BENCH_EXEC") == "prepared"
 	cpu0 := onCPU(pid)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&xid); err != nil {
 			return err
+		}
+		// NUDGE_BENCH_PLAN_CACHE: plan_cache_mode for the statement
+		// (auto, force_custom_plan or force_generic_plan).
+		if m := os.Getenv("NUDGE_BENCH_PLAN_CACHE"); m != "" {
+			if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+pgx.Identifier{m}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		if prepared {
+			rows, err := tx.Query(ctx, query(name), args)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			return rows.Err()
 		}
 		return tx.QueryRow(ctx, "EXPLAIN ("+options+") "+query(name), args).Scan(&raw)
 	})
@@ -141,25 +161,33 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 	}
 	cpu1 := onCPU(pid)
 	cs.xids[xid] = name
-	if os.Getenv("NUDGE_BENCH_PLANS") != "" && cs.by[name] == nil {
-		var out []explained
-		_ = json.Unmarshal(raw, &out)
-		var sb strings.Builder
-		textPlan(&sb, out[0].Plan, 0)
-		tb.Logf("%s plan (%.1f ms):\n%s", name, out[0].Exec, sb.String())
-	}
-	var out []explained
-	if err := json.Unmarshal(raw, &out); err != nil {
-		tb.Fatal(err)
-	}
 	c := cs.by[name]
 	if c == nil {
 		c = &cost{writes: map[string]float64{}, writeRecs: map[string]int64{}, writeBytesM: map[string]int64{}}
 		cs.by[name] = c
 	}
+	first := c.runs == 0
 	c.runs++
 	c.rows += rows
 	c.cpuNS += cpu1 - cpu0
+	if prepared {
+		var generic, custom int64
+		q := strings.TrimSpace(query(name))
+		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
+			FROM pg_prepared_statements WHERE position($1 IN statement) > 0`, q[len(q)-30:]).Scan(&generic, &custom); err == nil {
+			c.generic, c.custom = generic, custom
+		}
+		return
+	}
+	var out []explained
+	if err := json.Unmarshal(raw, &out); err != nil {
+		tb.Fatal(err)
+	}
+	if os.Getenv("NUDGE_BENCH_PLANS") != "" && first {
+		var sb strings.Builder
+		textPlan(&sb, out[0].Plan, 0)
+		tb.Logf("%s plan (%.1f ms):\n%s", name, out[0].Exec, sb.String())
+	}
 	c.execMs += out[0].Exec
 	c.planMs += out[0].Planning
 	c.hit += out[0].Plan.Hit
@@ -189,6 +217,11 @@ func (cs costs) report(tb testing.TB) {
 			float64(c.dirtied)/r,
 			float64(c.walRecords)/r, float64(c.walBytes)/r, c.walFPI, strings.Join(w, ", "))
 	}
+	for _, n := range names {
+		if c := cs.by[n]; c.generic+c.custom > 0 {
+			fmt.Fprintf(&sb, "%-18s prepared: %d generic and %d custom plans on the last connection\n", n, c.generic, c.custom)
+		}
+	}
 	tb.Log(sb.String())
 }
 
@@ -199,6 +232,12 @@ func (cs costs) report(tb testing.TB) {
 // tenants, left without statistics as after a bulk intake.
 //
 //	go test ./internal/store -run '^$' -bench StatementCosts -benchtime 1x -v
+//
+// EXPLAIN plans its statement on every run, and its per-node timing costs
+// CPU of its own: NUDGE_BENCH_EXEC=prepared runs the statements as the
+// binaries do instead (pgx's prepared statement, generic plans after five
+// custom ones), for their backend CPU only; NUDGE_BENCH_PLAN_CACHE sets
+// plan_cache_mode for either.
 func BenchmarkStatementCosts(b *testing.B) {
 	n := 20000
 	if _, err := fmt.Sscan(envOr("NUDGE_BENCH_N", "20000"), &n); err != nil {

@@ -765,6 +765,56 @@ func TestClaimForDeliveryClaimsAndExplains(t *testing.T) {
 	require.False(t, now.Before(rows[late].Deadline), "the row says why")
 }
 
+// A batch whose rows share a send window in different zones: each row is
+// claimed only if its own zone's window is open at the claim, whatever its
+// batch-mates' zones (the statement evaluates a window once per window and
+// zone of the batch), and a row not otherwise claimable is returned unclaimed.
+func TestClaimForDeliveryJudgesEachRowsWindowInItsZone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	zones := map[string]string{"utc1": "UTC", "utc2": "UTC", "tokyo1": "Asia/Tokyo", "tokyo2": "Asia/Tokyo",
+		"stale": "UTC", "any": ""}
+	ids, fences := map[string]int64{}, map[string]int64{}
+	for key := range zones {
+		ids[key] = b.schedule(t, key, now.Add(-time.Minute), now.Add(time.Hour))
+		fences[key] = b.enqueue(t, ids[key])
+	}
+	// An hour ago to two hours ahead, in UTC hours: open in UTC, closed in
+	// Tokyo (UTC+9, no daylight saving time).
+	h := now.UTC().Hour()
+	for key, tz := range zones {
+		if tz == "" {
+			continue
+		}
+		_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET tz = $2, window_open = make_time($3, 0, 0),
+			window_close = make_time($4, 0, 0) WHERE id = $1`, ids[key], tz, (h+23)%24, (h+2)%24)
+		require.NoError(t, err)
+	}
+	var fs []store.Fenced
+	for key, id := range ids {
+		f := fences[key]
+		if key == "stale" {
+			f--
+		}
+		fs = append(fs, store.Fenced{ID: id, Fence: f})
+	}
+	rows, claimed, err := b.st.ClaimForDelivery(ctx, now, reminder.Email, "", fs, time.Minute, "w")
+	require.NoError(t, err)
+	require.Len(t, rows, len(zones), "every named row is returned")
+	var got []string
+	for key, id := range ids {
+		if _, ok := claimed[id]; ok {
+			got = append(got, key)
+			require.Equal(t, reminder.Sending, b.get(t, id).State)
+		} else {
+			require.Equal(t, reminder.Enqueued, b.get(t, id).State, key)
+		}
+	}
+	require.ElementsMatch(t, []string{"utc1", "utc2", "any"}, got)
+}
+
 // Whether an attempt may have reached the recipient is the worker's typed
 // outcome (delivery_attempts.result), not its error text; the text is read
 // only for attempts of a worker before schema version 9, which has none.

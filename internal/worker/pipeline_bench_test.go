@@ -220,6 +220,15 @@ func runPipeline(b *testing.B, n, k int) {
 			}
 		}
 	}
+	// NUDGE_BENCH_WINDOW=open: every SMS under a send window policy that is
+	// open now (an hour ago to two hours ahead, UTC), so each claim evaluates it.
+	if os.Getenv("NUDGE_BENCH_WINDOW") == "open" {
+		h := time.Now().UTC().Hour()
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO nudge_send_windows (tenant, channel, window_open, window_close)
+			VALUES ('*', 'sms', make_time($1, 0, 0), make_time($2, 0, 0))`, (h+23)%24, (h+2)%24); err != nil {
+			b.Fatal(err)
+		}
+	}
 	keys, err := message.ParseKeys("bench:nudge-bench-signing-secret-0123456789")
 	if err != nil {
 		b.Fatal(err)
