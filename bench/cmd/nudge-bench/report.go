@@ -144,6 +144,26 @@ func report(o options, m machine, r results) error {
 				p("| same, Nudge sending to an in-process sink | %.2f (%.0f [%.0f–%.0f] / %.0f) | %s |\n",
 					rs, ss.Median, ss.Min, ss.Max, tunedS[i].Median, yes(rs >= 1.0))
 			}
+			if k == o.headline {
+				// Issue 18's bars for the headline run.
+				p("| Nudge e2e / River tuned as `river bench`, issue 18's bar ≥ 0.5 | %.2f | %s |\n", rt, yes(rt >= 0.5))
+				if len(r.sched) > 0 {
+					ss := pick(r.sched, func(x riverResult) float64 { return x.Rate })
+					rs := ratio(nudgeS[i].Median, ss.Median)
+					p("| Nudge e2e / River with jobs inserted as scheduled, %d worker(s), N=%s ≥ 1.0 | %.2f (%.0f / %.0f) | %s |\n", k, rowsLabel(o.nFor(k)),
+						rs, nudgeS[i].Median, ss.Median, yes(rs >= 1.0))
+				}
+				var nc []runCost
+				for _, x := range r.e2e[k] {
+					nc = append(nc, runCost{x.CPU, x.WAL})
+				}
+				c := summarizeCosts(nc, o.nFor(k))
+				p("| total CPU-s per 1,000 delivered reminders, %d worker(s), HTTP provider ≤ 0.15 | %.3f (PostgreSQL %.3f, RabbitMQ %.3f, Go %.3f) | %s |\n", k,
+					c.Total(), c.Postgres, c.RabbitMQ, c.Harness, yes(c.Total() <= 0.15))
+				if c.HasRecords {
+					p("| WAL per delivered reminder ≤ 2,200 bytes | %.0f bytes (%.1f records) | %s |\n", c.RecordBytes, c.Records, yes(c.RecordBytes <= 2200))
+				}
+			}
 		}
 	} else {
 		p("| Nudge e2e / River ≥ 1.0 | %s | – |\n", notRun)
@@ -245,24 +265,12 @@ func report(o options, m machine, r results) error {
 		}
 		p("\n\n| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | other processes (noise) | WAL records per item | their bytes per item | cluster WAL bytes per item |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		cpuRow := func(system string, k int, runs []runCost) {
-			f := 1000 / float64(o.nFor(k))
-			var pg, mq, h, ot, wb, wr, wrb []float64
-			for _, x := range runs {
-				c := x.CPU
-				pg, mq, h, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(ot, c.Other*f)
-				per := 1 / float64(o.nFor(k))
-				wb = append(wb, x.WAL.Bytes*per)
-				if x.WAL.Records >= 0 { // counted in the first run only
-					wr, wrb = append(wr, x.WAL.Records*per), append(wrb, x.WAL.RecordBytes*per)
-				}
-			}
-			a, bq, c := summarize(pg).Median, summarize(mq).Median, summarize(h).Median
+			c := summarizeCosts(runs, o.nFor(k))
 			recs, recBytes := "–", "–"
-			if len(wr) > 0 {
-				m := summarize(wr).Median
-				recs, recBytes = fmt.Sprintf("%.1f", m), fmt.Sprintf("%.0f", summarize(wrb).Median)
+			if c.HasRecords {
+				recs, recBytes = fmt.Sprintf("%.1f", c.Records), fmt.Sprintf("%.0f", c.RecordBytes)
 			}
-			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.0f |\n", system, k, a, bq, c, a+bq+c, summarize(ot).Median, recs, recBytes, summarize(wb).Median)
+			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.0f |\n", system, k, c.Postgres, c.RabbitMQ, c.Harness, c.Total(), c.Other, recs, recBytes, c.ClusterBytes)
 		}
 		for _, k := range o.workers {
 			var nc []runCost
@@ -661,6 +669,36 @@ func reportScrape(p func(string, ...any), o options, r results) {
 type runCost struct {
 	CPU cpuTicks
 	WAL walUsage
+}
+
+// costSummary is the median cost of a configuration's runs: CPU-seconds per
+// 1,000 items by process, and WAL per item.
+type costSummary struct {
+	Postgres, RabbitMQ, Harness, Other float64
+	ClusterBytes                       float64 // every byte the cluster wrote, per item
+	Records, RecordBytes               float64 // the run's own relations, per item
+	HasRecords                         bool    // counted in the first run only
+}
+
+func (c costSummary) Total() float64 { return c.Postgres + c.RabbitMQ + c.Harness }
+
+func summarizeCosts(runs []runCost, n int) costSummary {
+	f, per := 1000/float64(n), 1/float64(n)
+	var pg, mq, h, ot, wb, wr, wrb []float64
+	for _, x := range runs {
+		c := x.CPU
+		pg, mq, h, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(ot, c.Other*f)
+		wb = append(wb, x.WAL.Bytes*per)
+		if x.WAL.Records >= 0 { // counted in the first run only
+			wr, wrb = append(wr, x.WAL.Records*per), append(wrb, x.WAL.RecordBytes*per)
+		}
+	}
+	out := costSummary{Postgres: summarize(pg).Median, RabbitMQ: summarize(mq).Median, Harness: summarize(h).Median,
+		Other: summarize(ot).Median, ClusterBytes: summarize(wb).Median}
+	if len(wr) > 0 {
+		out.Records, out.RecordBytes, out.HasRecords = summarize(wr).Median, summarize(wrb).Median, true
+	}
+	return out
 }
 
 func riverCosts(rs []riverResult) []runCost {
