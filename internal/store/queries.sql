@@ -464,7 +464,12 @@ WITH m AS (
      CROSS JOIN LATERAL nudge_send_window(k.tenant, k.channel, nullif(k.own_open, time '24:00'),
                                           nullif(k.own_close, time '00:00'), nullif(k.own_days, -1)) w
 ), windowed AS (
-    SELECT n.*, p.window_open, p.window_close, p.window_days
+    -- claimable: the row would be claimed but for its window (the snapshot's
+    -- view; upd tests the row itself again).
+    SELECT n.*, p.window_open, p.window_close, p.window_days,
+           n.fence = n.want AND n.channel = @channel
+           AND (n.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
+           AND n.deadline > @now AND n.due_at <= @now AS claimable
       FROM named n
       JOIN policies p ON p.tenant = n.tenant AND p.channel = n.channel AND p.own_open = n.own_open
                      AND p.own_close = n.own_close AND p.own_days = n.own_days
@@ -477,18 +482,13 @@ WITH m AS (
                                   @now::timestamptz) AS open
       FROM (SELECT DISTINCT w.window_open, w.window_close, w.window_days, w.tz
               FROM windowed w
-             WHERE w.fence = w.want AND w.channel = @channel
-               AND (w.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
-               AND w.deadline > @now AND w.due_at <= @now
-               AND w.window_open IS NOT NULL) k
+             WHERE w.claimable AND w.window_open IS NOT NULL) k
 ), cur AS (
     SELECT w.id, w.state AS old_state, w.want AS fence
       FROM windowed w
       LEFT JOIN opens o ON o.window_open = w.window_open AND o.window_close = w.window_close
                        AND o.window_days = w.window_days AND o.tz = w.tz
-     WHERE NOT (w.fence = w.want AND w.channel = @channel
-                AND (w.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
-                AND w.deadline > @now AND w.due_at <= @now)
+     WHERE NOT w.claimable
         OR w.window_open IS NULL
         OR o.open
 ), upd AS (

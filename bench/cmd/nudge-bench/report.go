@@ -153,11 +153,7 @@ func report(o options, m machine, r results) error {
 					p("| Nudge e2e / River with jobs inserted as scheduled, %d worker(s), N=%s ≥ 1.0 | %.2f (%.0f / %.0f) | %s |\n", k, rowsLabel(o.nFor(k)),
 						rs, nudgeS[i].Median, ss.Median, yes(rs >= 1.0))
 				}
-				var nc []runCost
-				for _, x := range r.e2e[k] {
-					nc = append(nc, runCost{x.CPU, x.WAL})
-				}
-				c := summarizeCosts(nc, o.nFor(k))
+				c := summarizeCosts(nudgeCosts(r.e2e[k]), o.nFor(k))
 				p("| total CPU-s per 1,000 delivered reminders, %d worker(s), HTTP provider ≤ 0.15 | %.3f (PostgreSQL %.3f, RabbitMQ %.3f, Go %.3f) | %s |\n", k,
 					c.Total(), c.Postgres, c.RabbitMQ, c.Harness, yes(c.Total() <= 0.15))
 				if c.HasRecords {
@@ -273,11 +269,7 @@ func report(o options, m machine, r results) error {
 			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.0f |\n", system, k, c.Postgres, c.RabbitMQ, c.Harness, c.Total(), c.Other, recs, recBytes, c.ClusterBytes)
 		}
 		for _, k := range o.workers {
-			var nc []runCost
-			for _, x := range r.e2e[k] {
-				nc = append(nc, runCost{x.CPU, x.WAL})
-			}
-			cpuRow("Nudge", k, nc)
+			cpuRow("Nudge", k, nudgeCosts(r.e2e[k]))
 			cpuRow("River, default fetch settings", k, riverCosts(r.river[k]))
 			cpuRow("River tuned as `river bench`", k, riverCosts(r.tuned[k]))
 			if k == o.headline && len(r.sched) > 0 {
@@ -697,6 +689,14 @@ func summarizeCosts(runs []runCost, n int) costSummary {
 		Other: summarize(ot).Median, ClusterBytes: summarize(wb).Median}
 	if len(wr) > 0 {
 		out.Records, out.RecordBytes, out.HasRecords = summarize(wr).Median, summarize(wrb).Median, true
+	}
+	return out
+}
+
+func nudgeCosts(es []e2eResult) []runCost {
+	out := make([]runCost, 0, len(es))
+	for _, x := range es {
+		out = append(out, runCost{x.CPU, x.WAL})
 	}
 	return out
 }

@@ -51,6 +51,12 @@ func measureStorage(ctx context.Context, s *nudgeSetup, n int) (storageResult, e
 	clk := clock.NewFake(time.Now())
 	cleaner := retention.New(conn, cfg, clk)
 	start := clk.Now()
+	// Only the run's own tables are compacted: a database-wide VACUUM FULL
+	// would lock and rewrite whatever else the server holds.
+	tables, err := schemaTables(ctx, s)
+	if err != nil {
+		return res, err
+	}
 	seen := map[string]bool{}
 	stages := []struct {
 		age   string
@@ -77,12 +83,6 @@ func measureStorage(ctx context.Context, s *nudgeSetup, n int) (storageResult, e
 			}
 		}
 		stage := storageStage{Age: st.age, Bytes: map[string]int64{}, Removed: removed}
-		// Only the run's own tables: a database-wide VACUUM FULL would
-		// lock and rewrite whatever else the server holds.
-		tables, err := schemaTables(ctx, s)
-		if err != nil {
-			return res, err
-		}
 		for _, t := range tables {
 			if _, err := s.pool.Exec(ctx, "VACUUM FULL "+pgx.Identifier{t}.Sanitize()); err != nil {
 				return res, fmt.Errorf("compacting %s: %w", t, err)
