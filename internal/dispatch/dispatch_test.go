@@ -85,7 +85,8 @@ func TestPublishesSignedPersistentMessagesAndRecordsEnqueued(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.schedule(t, 3, reminder.SMS)
-	sum, err := b.dispatcher(b.mq.URL, b.mq.Topology, clock.Real{}, dispatch.Config{}).RunOnce(context.Background())
+	// A message per reminder (envelopes are tested below).
+	sum, err := b.dispatcher(b.mq.URL, b.mq.Topology, clock.Real{}, dispatch.Config{EnvelopeSize: 1}).RunOnce(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 3, sum.Enqueued)
 	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 3}, b.states(t))

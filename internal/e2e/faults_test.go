@@ -265,7 +265,7 @@ func TestFaultWorkerKilledBeforeAck(t *testing.T) {
 	t.Parallel()
 	f := newProcFleet(t, false)
 	ids := f.schedule(t, reminder.SMS, 3)
-	f.runOK(t, "dispatcher")
+	f.runOK(t, "dispatcher", "--envelope-size", "1") // counts messages: one per reminder
 	f.crash(t, faults.WorkerAfterRecord, "sms-worker")
 	f.waitAll(t, ids, reminder.Delivered)
 	require.Eventually(t, func() bool { return f.queueDepth(t, "sms") == 3 }, 10*time.Second, 20*time.Millisecond,
@@ -287,7 +287,8 @@ func TestFaultDispatcherKilledAfterPublish(t *testing.T) {
 	t.Parallel()
 	f := newProcFleet(t, false)
 	ids := f.schedule(t, reminder.SMS, 5)
-	f.crash(t, faults.DispatcherAfterPublish, "dispatcher", "--lease", "1s")
+	// Counts messages: one per reminder.
+	f.crash(t, faults.DispatcherAfterPublish, "dispatcher", "--lease", "1s", "--envelope-size", "1")
 	require.Equal(t, reminder.Enqueued, f.get(t, ids[0]).State)
 	require.Equal(t, 5, f.queueDepth(t, "sms"), "the broker holds the published messages")
 	var confirms int
@@ -297,7 +298,7 @@ func TestFaultDispatcherKilledAfterPublish(t *testing.T) {
 	// The dispatcher's 1 s lease runs out on the processes' wall clock: run
 	// the reconciler until it finds it expired, rather than sleeping past it.
 	f.reconcileUntil(t, ids, reminder.Pending)
-	f.runOK(t, "dispatcher")
+	f.runOK(t, "dispatcher", "--envelope-size", "1")
 	require.Equal(t, 10, f.queueDepth(t, "sms"))
 
 	w := f.start(t, "sms-worker", f.env())
@@ -313,13 +314,14 @@ func TestFaultTwoDispatchersAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newProcFleet(t, false)
 	ids := f.schedule(t, reminder.SMS, 3000)
-	a := f.start(t, "dispatcher", f.env(), "--batch", "100")
-	b := f.start(t, "dispatcher", f.env(), "--batch", "100")
+	a := f.start(t, "dispatcher", f.env(), "--batch", "100", "--envelope-size", "50")
+	b := f.start(t, "dispatcher", f.env(), "--batch", "100", "--envelope-size", "50")
 	for _, p := range []*testenv.Proc{a, b} {
 		code, _ := p.Wait(t, 60*time.Second)
 		require.Equal(t, 0, code, p.Output())
 	}
-	require.Equal(t, 3000, f.queueDepth(t, "sms"), "every reminder published exactly once")
+	// Claims of 100 go out as two envelopes of 50.
+	require.Equal(t, 3000/50, f.queueDepth(t, "sms"), "every reminder published exactly once, 50 to a message")
 	var claims, claimedTwice, notEnqueued, confirmed int
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*), count(*) - count(DISTINCT reminder_id)
 		FROM reminder_timeline WHERE reason = 'claimed for dispatch'`).Scan(&claims, &claimedTwice))
@@ -368,7 +370,7 @@ func TestFaultSIGTERMPastTheGracePeriod(t *testing.T) {
 	// The provider would answer after a minute: the worker leaves long before.
 	require.NoError(t, f.sms.SetConfig(fakesms.Config{Delay: time.Minute}))
 	ids := f.schedule(t, reminder.SMS, 10)
-	f.runOK(t, "dispatcher")
+	f.runOK(t, "dispatcher", "--envelope-size", "1") // counts messages: one per reminder
 	w := f.start(t, "sms-worker", f.env(), "--grace", "300ms", "--send-lease", "4s")
 	require.Eventually(t, func() bool { return len(f.sms.Attempts()) > 0 }, 30*time.Second, 5*time.Millisecond)
 	stop(t, w)

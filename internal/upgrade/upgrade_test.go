@@ -29,7 +29,7 @@ import (
 // OldRelease is the commit of the last landed release, whose binaries the
 // rolling upgrade starts from: main when the release was cut. Move it to the
 // new release's commit at each release, once its migrations have landed.
-const OldRelease = "faa2730"
+const OldRelease = "27063d5"
 
 // commands are the binaries the fleet and the operator use, of either release.
 var commands = []string{"nudgectl", "dispatcher", "sms-worker", "email-worker", "reconciler"}
@@ -41,9 +41,9 @@ var (
 	// newArgs are flags only this tree's binaries get, by command: what a
 	// release turns on behind a flag (batch envelopes from the dispatcher,
 	// say) must run beside the old fleet too. Every flag here must exist.
-	// The new dispatcher starts after the old workers stopped (the order
-	// docs/deploy.md gives), so it publishes envelopes of 20 (the workers'
-	// --batch) beside the old dispatcher's single messages.
+	// The new dispatcher publishes envelopes of 20 (the workers' --batch)
+	// beside the old dispatcher's single messages; OldRelease's workers read
+	// envelopes too.
 	newArgs = map[string][]string{"dispatcher": {"--envelope-size", "20"}}
 	// A send timeout well above Mailpit's latency on a loaded machine: a
 	// relay that accepted after the worker gave up would be sent twice.
@@ -270,8 +270,7 @@ func TestRollingUpgrade(t *testing.T) {
 	f.start("new", "reconciler", reconcilerArgs...)
 	sleepUntil(15 * time.Second)
 	f.stop(oldReconciler)
-	// The workers: new beside old on the same queues, then new alone (a
-	// worker older than envelopes would dead-letter one).
+	// The workers: new beside old on the same queues, then new alone.
 	sleepUntil(16 * time.Second)
 	f.start("new", "sms-worker", workerArgs...)
 	f.start("new", "email-worker", workerArgs...)
