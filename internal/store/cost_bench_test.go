@@ -32,6 +32,7 @@ type planNode struct {
 	WALBytes   int64      `json:"WAL Bytes"`
 	Hit        int64      `json:"Shared Hit Blocks"`
 	Dirtied    int64      `json:"Shared Dirtied Blocks"`
+	Read       int64      `json:"Shared Read Blocks"`
 	Plans      []planNode `json:"Plans"`
 	Index      string     `json:"Index Name"`
 	Sub        string     `json:"Subplan Name"`

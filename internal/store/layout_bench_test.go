@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -31,6 +33,7 @@ import (
 type layout struct {
 	name      string
 	hot, cold string
+	claimFrom string // where the dispatcher's claim reads zone, window and key: cold unless set
 	setup     string // the testdata/layouts.sql statement that builds it from today's
 }
 
@@ -38,6 +41,9 @@ var (
 	layoutToday  = layout{name: "today", hot: "reminders"}
 	layoutNarrow = layout{name: "A narrow", hot: "reminder_state", cold: "reminders", setup: "SetupNarrow"}
 	layoutSplit  = layout{name: "B split", hot: "reminders", cold: "reminder_payloads", setup: "SetupSplit"}
+	// A' is A whose dispatcher's claim reads no wide row (testdata/layouts.sql).
+	layoutNarrowOnly = layout{name: "A' narrow", hot: "reminder_state", cold: "reminders", setup: "SetupNarrow",
+		claimFrom: "(SELECT id, tz, window_open, window_close, window_days, NULL::text AS idempotency_key FROM reminder_state)"}
 )
 
 // layoutQueries are testdata/layouts.sql's statements.
@@ -53,7 +59,7 @@ func (l layout) layoutSQL(name string) string {
 	if err != nil {
 		panic(err)
 	}
-	return strings.NewReplacer("{hot}", l.hot, "{cold}", l.cold).Replace(q.Get(name))
+	return strings.NewReplacer("{hot}", l.hot, "{cold}", l.cold, "{claim_from}", cmp.Or(l.claimFrom, l.cold)).Replace(q.Get(name))
 }
 
 // sql is the statement called name as the layout runs it: the three that
@@ -231,11 +237,12 @@ func layoutReport(lays []layout, runs map[string][]layoutRun) string {
 // in random due order, and NUDGE_BENCH_DUE, default 10,000, due among them
 // evenly over the id range),
 // against a control of NUDGE_BENCH_SMALL (default 10,000) built the same
-// way, in today's layout and in layout A. The four tables are built first
-// (each in a schema of its own, analyzed, then one checkpoint), then claimed
-// from in batches of 500, alternately (control, big, A's control, A's big,
-// then the reverse order, ...) so a slow minute of the machine spreads over
-// all four; it reports each table's claimed rows per second of wall time and
+// way, in today's layout, in layout A and in A' (A's claim reading no wide
+// row). The six tables are built first (each in a schema of its own,
+// vacuumed and analyzed, then one checkpoint), then claimed from in batches
+// of 500, alternately (control, big, A's control, A's big, ..., then the
+// reverse order) so a slow minute of the machine spreads over all; it
+// reports each table's claimed rows per second of wall time and
 // of its backend's CPU, median with min and max, and the ratio of each big
 // table to its own layout's control.
 //
@@ -259,9 +266,10 @@ func BenchmarkLayoutsSpreadClaim(b *testing.B) {
 			lay       layout
 			db        *testenv.DB
 			wall, cpu []float64 // rows/s of each claim
+			plan      planNode  // the last claim's, under EXPLAIN
 		}
 		var tables []*table
-		for _, lay := range []layout{layoutToday, layoutNarrow} {
+		for _, lay := range []layout{layoutToday, layoutNarrow, layoutNarrowOnly} {
 			for _, size := range []int{small, big} {
 				started := time.Now()
 				t := &table{name: fmt.Sprintf("%s %d", lay.name, size), lay: lay, db: testenv.Postgres(b)}
@@ -273,9 +281,10 @@ func BenchmarkLayoutsSpreadClaim(b *testing.B) {
 		if _, err := tables[0].db.Pool.Exec(context.Background(), `CHECKPOINT`); err != nil {
 			b.Fatal(err)
 		}
-		// One claim fewer than the due rows fill: a claim takes an even part
-		// of every tenant's due rows, so the last one can come short.
-		for i := range due/batch - 1 {
+		// One claim fewer than the due rows fill (a claim takes an even part
+		// of every tenant's due rows, so the last one can come short), the
+		// last of them under EXPLAIN for its buffers.
+		for i := range due/batch - 2 {
 			order := slices.Clone(tables)
 			if i%2 == 1 {
 				slices.Reverse(order)
@@ -289,13 +298,19 @@ func BenchmarkLayoutsSpreadClaim(b *testing.B) {
 				t.cpu = append(t.cpu, float64(rows)/cpu.Seconds())
 			}
 		}
+		for _, t := range tables {
+			t.plan = explainClaim(b, t.db, t.lay, now, batch)
+		}
 		var sb strings.Builder
-		fmt.Fprintf(&sb, "\nspread claim, %d claims of %d of the %d due rows: rows/s median (min–max)\n", due/batch-1, batch, due)
+		fmt.Fprintf(&sb, "\nspread claim, %d claims of %d of the %d due rows: rows/s median (min–max)\n", due/batch-2, batch, due)
 		for i, t := range tables {
-			ctl := tables[i-i%2]
-			fmt.Fprintf(&sb, "%-18s wall %6.0f (%.0f–%.0f), %.2f× its control | backend CPU %6.0f (%.0f–%.0f), %.2f× its control\n",
+			ctl := tables[i-i%2] // each layout's control precedes its big table
+			r := max(t.plan.Rows, 1)
+			fmt.Fprintf(&sb, "%-18s wall %6.0f (%.0f–%.0f), %.2f× its control | backend CPU %6.0f (%.0f–%.0f), %.2f× its control"+
+				" | one more claim's shared buffers per row: hit %.1f, read %.1f, dirtied %.1f\n",
 				t.name, median(t.wall), slices.Min(t.wall), slices.Max(t.wall), median(t.wall)/median(ctl.wall),
-				median(t.cpu), slices.Min(t.cpu), slices.Max(t.cpu), median(t.cpu)/median(ctl.cpu))
+				median(t.cpu), slices.Min(t.cpu), slices.Max(t.cpu), median(t.cpu)/median(ctl.cpu),
+				float64(t.plan.Hit)/r, float64(t.plan.Read)/r, float64(t.plan.Dirtied)/r)
 		}
 		b.Log(sb.String())
 	}
@@ -352,6 +367,26 @@ func claimOnce(tb testing.TB, db *testenv.DB, lay layout, cutoff time.Time, limi
 	return n, wall, cpu
 }
 
+// explainClaim runs the layout's ClaimDue once under EXPLAIN (ANALYZE,
+// BUFFERS) and returns its plan's top node (its rows: the rows claimed).
+func explainClaim(tb testing.TB, db *testenv.DB, lay layout, cutoff time.Time, limit int) planNode {
+	ctx := context.Background()
+	now := time.Now()
+	var raw []byte
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+lay.sql("ClaimDue"), pgx.NamedArgs{"now": now,
+			"cutoff": cutoff, "limit": limit, "lease_until": now.Add(2 * time.Minute), "actor": "d"}).Scan(&raw)
+	})
+	if err != nil {
+		tb.Fatalf("EXPLAIN ClaimDue: %v", err)
+	}
+	var out []explained
+	if err := json.Unmarshal(raw, &out); err != nil {
+		tb.Fatal(err)
+	}
+	return out[0].Plan
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -400,7 +435,7 @@ func TestLayoutsRunTodaysStatements(t *testing.T) {
 	}
 	want := run(t, layoutToday)
 	require.Contains(t, want.rows[0], "delivered", "today's run delivered nothing: the comparison would be empty")
-	for _, lay := range []layout{layoutNarrow, layoutSplit} {
+	for _, lay := range []layout{layoutNarrow, layoutNarrowOnly, layoutSplit} {
 		t.Run(lay.name, func(t *testing.T) {
 			t.Parallel()
 			got := run(t, lay)

@@ -19,7 +19,12 @@
 --
 -- The statements differ from today's only in where they read a column: the
 -- rows they lock (FOR UPDATE OF r) and rewrite are {hot}'s; {cold} is joined
--- by primary key for the payload and the own window, never written.
+-- by primary key for the payload and the own window, never written. The
+-- dispatcher's claim reads the zone, own window and idempotency key from
+-- {claim_from}: {cold}, or in layout A' reminder_state's own copies of the
+-- zone and window and no key (a message of id and fence only), a bound on
+-- what a claim that touches no wide row would gain (PostgreSQL 15 does not
+-- remove that self-join: one more primary-key probe of a page just read).
 
 -- name: SetupNarrow
 -- Layout A: the hot columns move to reminder_state (tenant and channel
@@ -30,6 +35,8 @@
 -- the two key indexes that name state in their predicate or INCLUDE (waiting
 -- and campaign keys), one plain key index. Its hot columns stay behind,
 -- stale (dropping them would rewrite the table; nothing here reads them).
+-- The zone and own window are copied too (NULL in the bench's rows, they
+-- cost no byte there): only layout A' reads them from here.
 CREATE TABLE reminder_state (
     id               bigint PRIMARY KEY,
     tenant           text NOT NULL,
@@ -59,12 +66,17 @@ CREATE TABLE reminder_state (
     delivered_by     text,
     reason           text,
     last_error       text,
+    tz               text,
+    window_open      time,
+    window_close     time,
+    window_days      integer,
     CONSTRAINT reminder_state_deadline_after_due CHECK (deadline > due_at)
 );
 INSERT INTO reminder_state
 SELECT id, tenant, channel, state, fence, due_at, deadline, lease_until, attempts, republishes, next_attempt_at,
        enqueued_at, dispatch_batch, updated_at, finished_at, purged_at, requested_due_at, claimed_at, claimed_fence,
-       started_at, started_fence, claimed_by, started_by, delivered_by, reason, last_error
+       started_at, started_fence, claimed_by, started_by, delivered_by, reason, last_error,
+       tz, window_open, window_close, window_days
   FROM reminders ORDER BY id;
 DROP INDEX reminders_campaign_keys, reminders_enqueued, reminders_expired, reminders_leases, reminders_parked,
            reminders_pending_due, reminders_pending_tenant, reminders_replayable, reminders_retrying,
@@ -219,7 +231,7 @@ WITH RECURSIVE tenants(tenant) AS (
            c.window_open, c.window_close, c.window_days, r.claimed_at IS NULL AS claim_slot_empty,
            coalesce(c.window_open, time '24:00') AS own_open, coalesce(c.window_close, time '00:00') AS own_close,
            coalesce(c.window_days, -1) AS own_days, c.idempotency_key
-      FROM {hot} r JOIN {cold} c ON c.id = r.id
+      FROM {hot} r JOIN {claim_from} c ON c.id = r.id
      WHERE r.id IN (SELECT id FROM picks ORDER BY turn, due_at, id LIMIT @limit)
        AND (r.state = 'pending') IS TRUE AND r.due_at <= @cutoff
        FOR UPDATE OF r SKIP LOCKED
