@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
@@ -31,6 +32,7 @@ type planNode struct {
 	WALBytes   int64      `json:"WAL Bytes"`
 	Hit        int64      `json:"Shared Hit Blocks"`
 	Dirtied    int64      `json:"Shared Dirtied Blocks"`
+	Read       int64      `json:"Shared Read Blocks"`
 	Plans      []planNode `json:"Plans"`
 	Index      string     `json:"Index Name"`
 	Sub        string     `json:"Subplan Name"`
@@ -87,6 +89,7 @@ func (c *cost) modify(n planNode) {
 type costs struct {
 	by   map[string]*cost
 	xids map[int64]string // transaction id → statement, for pg_waldump
+	lay  layout           // whose statements run (today's: internal/store/queries.sql)
 }
 
 // onCPU is the time process pid has spent on a CPU, from
@@ -108,6 +111,23 @@ func onCPU(pid int) int64 {
 	return n
 }
 
+// backend acquires a connection of db's pool and returns it with its
+// backend's process id, for onCPU.
+func backend(tb testing.TB, db *testenv.DB) (*pgxpool.Conn, int) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var pid int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		conn.Release()
+		tb.Fatal(err)
+	}
+	return conn, pid
+}
+
 // explain runs the named statement under EXPLAIN (ANALYZE, BUFFERS, WAL) (it
 // executes and commits) and adds its cost for rows rows, with the CPU time
 // its backend spent on the transaction (NUDGE_BENCH_TIMING=off leaves out
@@ -117,15 +137,8 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 	ctx := context.Background()
 	var raw []byte
 	var xid int64
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn, pid := backend(tb, db)
 	defer conn.Release()
-	var pid int
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		tb.Fatal(err)
-	}
 	options := "ANALYZE, BUFFERS, WAL, FORMAT JSON"
 	if os.Getenv("NUDGE_BENCH_TIMING") == "off" {
 		options += ", TIMING OFF"
@@ -135,7 +148,7 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 	// custom or generic plans): CPU and plan-cache counts only, no plan.
 	prepared := os.Getenv("NUDGE_BENCH_EXEC") == "prepared"
 	cpu0 := onCPU(pid)
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&xid); err != nil {
 			return err
 		}
@@ -147,14 +160,14 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 			}
 		}
 		if prepared {
-			rows, err := tx.Query(ctx, query(name), args)
+			rows, err := tx.Query(ctx, cs.lay.sql(name), args)
 			if err != nil {
 				return err
 			}
 			rows.Close()
 			return rows.Err()
 		}
-		return tx.QueryRow(ctx, "EXPLAIN ("+options+") "+query(name), args).Scan(&raw)
+		return tx.QueryRow(ctx, "EXPLAIN ("+options+") "+cs.lay.sql(name), args).Scan(&raw)
 	})
 	if err != nil {
 		tb.Fatalf("%s: %v", name, err)
@@ -172,7 +185,7 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 	c.cpuNS += cpu1 - cpu0
 	if prepared {
 		var generic, custom int64
-		q := strings.TrimSpace(query(name))
+		q := strings.TrimSpace(cs.lay.sql(name))
 		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
 			FROM pg_prepared_statements WHERE position($1 IN statement) > 0`, q[len(q)-30:]).Scan(&generic, &custom); err == nil {
 			c.generic, c.custom = generic, custom
@@ -266,20 +279,7 @@ func statementCosts(b *testing.B, n int) {
 			b.Fatalf("NUDGE_BENCH_SQL: %v", err)
 		}
 	}
-	due, deadline := time.Now().Add(-time.Minute), time.Now().Add(2*time.Hour)
-	for off := 0; off < n; off += 2000 {
-		var reqs []intake.Request
-		for i := off; i < min(off+2000, n); i++ {
-			reqs = append(reqs, intake.Request{
-				Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
-				Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
-				Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: deadline,
-			})
-		}
-		if _, err := intake.ScheduleMany(ctx, db.Pool, reqs); err != nil {
-			b.Fatal(err)
-		}
-	}
+	scheduleDue(b, db, n)
 	// NUDGE_BENCH_WINDOW sets an SMS send window policy, in UTC: "open" (open
 	// now: every claimed row's window is evaluated), "closed" (each claimed
 	// row is moved to the next opening), or unset (the default, any time).
@@ -300,61 +300,8 @@ func statementCosts(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 	}
-	cs := costs{by: map[string]*cost{}, xids: map[int64]string{}}
-	var lsn0, lsn1 string
-	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn0); err != nil {
-		b.Fatal(err)
-	}
-	const dispatchBatch, workerBatch = 500, 50
-	rounds := 4
-	if _, err := fmt.Sscan(envOr("NUDGE_BENCH_ROUNDS", "4"), &rounds); err != nil || rounds*dispatchBatch > n {
-		b.Fatalf("NUDGE_BENCH_ROUNDS: %q: want a number of 500-row claims up to NUDGE_BENCH_N/500", os.Getenv("NUDGE_BENCH_ROUNDS"))
-	}
-	for range rounds {
-		now := time.Now()
-		cs.explain(b, db, "ClaimDue", dispatchBatch, pgx.NamedArgs{"now": now, "cutoff": now, "limit": dispatchBatch,
-			"lease_until": now.Add(2 * time.Minute), "actor": "d"})
-		leased := fencedIn(b, db, "enqueued")
-		var batch int64
-		if err := db.Pool.QueryRow(ctx, `SELECT max(dispatch_batch) FROM reminders`).Scan(&batch); err != nil {
-			b.Fatal(err)
-		}
-		cs.explain(b, db, "ConfirmPublished", len(leased), pgx.NamedArgs{"now": now, "batches": []int64{batch},
-			"confirmed": []int32{int32(len(leased))}, "actor": "d"})
-		for off := 0; off < len(leased); off += workerBatch {
-			batch := leased[off:min(off+workerBatch, len(leased))]
-			ids, fences := split(batch)
-			now := time.Now()
-			cs.explain(b, db, "ClaimForDelivery", len(batch), pgx.NamedArgs{"now": now, "channel": "sms", "ids": ids, "fences": fences,
-				"lease_until": now.Add(time.Minute), "actor": "w"})
-			rows, err := db.Pool.Query(ctx, `SELECT r.id, r.fence, a.id FROM reminders r
-				JOIN delivery_attempts a ON a.reminder_id = r.id AND a.fence = r.fence
-				WHERE r.id = ANY($1) AND r.state = 'sending'`, ids)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var outs []Outcome
-			for rows.Next() {
-				o := Outcome{Code: reminder.CodeDelivered, Attempt: reminder.OutcomeDelivered, Reason: "delivered", ProviderID: "p"}
-				if err := rows.Scan(&o.ReminderID, &o.Fence, &o.AttemptID); err != nil {
-					b.Fatal(err)
-				}
-				outs = append(outs, o)
-			}
-			if rows.Err() != nil || len(outs) != len(batch) {
-				b.Fatalf("claimed %d of %d: %v", len(outs), len(batch), rows.Err())
-			}
-			args, err := outcomeArgs(time.Now(), outs, "w")
-			if err != nil {
-				b.Fatal(err)
-			}
-			cs.explain(b, db, "RecordOutcomes", len(outs), args)
-		}
-	}
+	cs, lsn0, lsn1 := hotPath(b, db, layoutToday, benchRounds(b, n))
 	cs.report(b)
-	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn1); err != nil {
-		b.Fatal(err)
-	}
 	// The attempts' heap once every claimed reminder has one, written and
 	// then updated with its outcome: what the table's fillfactor costs.
 	var attPages, attRows int64
@@ -364,24 +311,117 @@ func statementCosts(b *testing.B, n int) {
 	}
 	b.Logf("delivery_attempts: %d rows in %d heap pages (%.1f rows a page)", attRows, attPages,
 		float64(attRows)/float64(max(attPages, 1)))
-	// The schema's relations by file node, to name what pg_waldump records.
+	cs.walDump(b, lsn0, lsn1, relations(b, db))
+}
+
+// scheduleDue schedules n due SMS reminders in four tenants through the
+// intake, with the payload the end-to-end bench inserts.
+func scheduleDue(tb testing.TB, db *testenv.DB, n int) {
+	ctx := context.Background()
+	due, deadline := time.Now().Add(-time.Minute), time.Now().Add(2*time.Hour)
+	for off := 0; off < n; off += 2000 {
+		var reqs []intake.Request
+		for i := off; i < min(off+2000, n); i++ {
+			reqs = append(reqs, intake.Request{
+				Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
+				Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
+				Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: deadline,
+			})
+		}
+		if _, err := intake.ScheduleMany(ctx, db.Pool, reqs); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// benchRounds is NUDGE_BENCH_ROUNDS (default 4), the 500-row claims a run
+// makes out of its n due reminders.
+func benchRounds(tb testing.TB, n int) int {
+	rounds := 4
+	if _, err := fmt.Sscan(envOr("NUDGE_BENCH_ROUNDS", "4"), &rounds); err != nil || rounds*500 > n {
+		tb.Fatalf("NUDGE_BENCH_ROUNDS: %q: want a number of 500-row claims up to NUDGE_BENCH_N/500", os.Getenv("NUDGE_BENCH_ROUNDS"))
+	}
+	return rounds
+}
+
+// hotPath runs a delivered reminder's statements, in lay's layout, for
+// rounds claims of 500 due reminders: the dispatcher's claim and its
+// confirmation, then the workers' claims and outcomes in batches of 50,
+// each under EXPLAIN (see explain). It returns their costs and the WAL
+// positions before and after, for walDump.
+func hotPath(tb testing.TB, db *testenv.DB, lay layout, rounds int) (cs costs, lsn0, lsn1 string) {
+	ctx := context.Background()
+	cs = costs{by: map[string]*cost{}, xids: map[int64]string{}, lay: lay}
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn0); err != nil {
+		tb.Fatal(err)
+	}
+	const dispatchBatch, workerBatch = 500, 50
+	for range rounds {
+		now := time.Now()
+		cs.explain(tb, db, "ClaimDue", dispatchBatch, pgx.NamedArgs{"now": now, "cutoff": now, "limit": dispatchBatch,
+			"lease_until": now.Add(2 * time.Minute), "actor": "d"})
+		leased := fencedIn(tb, db, lay.hot, "enqueued")
+		var batch int64
+		if err := db.Pool.QueryRow(ctx, `SELECT max(dispatch_batch) FROM `+lay.hot).Scan(&batch); err != nil {
+			tb.Fatal(err)
+		}
+		cs.explain(tb, db, "ConfirmPublished", len(leased), pgx.NamedArgs{"now": now, "batches": []int64{batch},
+			"confirmed": []int32{int32(len(leased))}, "actor": "d"})
+		for off := 0; off < len(leased); off += workerBatch {
+			batch := leased[off:min(off+workerBatch, len(leased))]
+			ids, fences := split(batch)
+			now := time.Now()
+			cs.explain(tb, db, "ClaimForDelivery", len(batch), pgx.NamedArgs{"now": now, "channel": "sms", "ids": ids, "fences": fences,
+				"lease_until": now.Add(time.Minute), "actor": "w"})
+			rows, err := db.Pool.Query(ctx, `SELECT r.id, r.fence, a.id FROM `+lay.hot+` r
+				JOIN delivery_attempts a ON a.reminder_id = r.id AND a.fence = r.fence
+				WHERE r.id = ANY($1) AND r.state = 'sending'`, ids)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			var outs []Outcome
+			for rows.Next() {
+				o := Outcome{Code: reminder.CodeDelivered, Attempt: reminder.OutcomeDelivered, Reason: "delivered", ProviderID: "p"}
+				if err := rows.Scan(&o.ReminderID, &o.Fence, &o.AttemptID); err != nil {
+					tb.Fatal(err)
+				}
+				outs = append(outs, o)
+			}
+			if rows.Err() != nil || len(outs) != len(batch) {
+				tb.Fatalf("claimed %d of %d: %v", len(outs), len(batch), rows.Err())
+			}
+			args, err := outcomeArgs(time.Now(), outs, "w")
+			if err != nil {
+				tb.Fatal(err)
+			}
+			cs.explain(tb, db, "RecordOutcomes", len(outs), args)
+		}
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn1); err != nil {
+		tb.Fatal(err)
+	}
+	return cs, lsn0, lsn1
+}
+
+// relations names the schema's relations by file node, for walDump.
+func relations(tb testing.TB, db *testenv.DB) map[string]string {
 	rels := map[string]string{}
-	rows, err := db.Pool.Query(ctx, `SELECT pg_relation_filenode(c.oid)::text, c.relname FROM pg_class c
+	rows, err := db.Pool.Query(context.Background(), `SELECT pg_relation_filenode(c.oid)::text, c.relname FROM pg_class c
 		WHERE c.relnamespace = current_schema()::regnamespace AND pg_relation_filenode(c.oid) <> 0`)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	for rows.Next() {
 		var node, name string
 		if err := rows.Scan(&node, &name); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		rels[node] = name
 	}
 	if rows.Err() != nil {
-		b.Fatal(rows.Err())
+		tb.Fatal(rows.Err())
 	}
-	cs.walDump(b, lsn0, lsn1, rels)
+	return rels
 }
 
 // walDump reads the WAL written between from and to with pg_waldump and
@@ -393,18 +433,20 @@ func statementCosts(b *testing.B, n int) {
 // It then reports the records of each statement by relation (named by
 // rels, file node → name) and kind: per delivered reminder, which indexes
 // get an entry, and whether a row's update was HOT (HOT_UPDATE) or wrote a
-// new tuple that every index then points to (UPDATE).
-func (cs costs) walDump(tb testing.TB, from, to string, rels map[string]string) {
+// new tuple that every index then points to (UPDATE). It returns the same
+// figures by statement (nil without pg_waldump).
+func (cs costs) walDump(tb testing.TB, from, to string, rels map[string]string) map[string]*walTotals {
 	dir := envOr("NUDGE_PG_WAL", "/var/lib/postgresql/15/main/pg_wal")
 	bin := envOr("NUDGE_PG_WALDUMP", "/usr/lib/postgresql/15/bin/pg_waldump")
 	out, err := exec.Command(bin, "-p", dir, "-s", from, "-e", to).Output()
 	if err != nil && len(out) == 0 {
 		tb.Logf("pg_waldump unavailable (%v): WAL by transaction not measured", err)
-		return
+		return nil
 	}
 	type agg struct{ recs, bytes int64 }
 	by := map[string]map[string]*agg{}     // statement → rmgr → totals
 	byRel := map[string]map[string]int64{} // statement → "relation kind" → records
+	totals := map[string]*walTotals{}
 	for line := range strings.Lines(string(out)) {
 		f := strings.Fields(line)
 		// rmgr: Heap len (rec/tot): 54/ 54, tx: 735, lsn: ...
@@ -441,7 +483,21 @@ func (cs costs) walDump(tb testing.TB, from, to string, rels map[string]string) 
 		if byRel[name] == nil {
 			byRel[name] = map[string]int64{}
 		}
-		byRel[name][walRelation(f, rels)]++
+		kind := walRelation(f, rels)
+		byRel[name][kind]++
+		t := totals[name]
+		if t == nil {
+			t = &walTotals{kinds: map[string]int64{}, relBytes: map[string]int64{}}
+			totals[name] = t
+		}
+		t.recs++
+		t.bytes += n
+		t.kinds[kind]++
+		rel, _, _ := strings.Cut(kind, " ")
+		if strings.HasPrefix(kind, "rel ") {
+			rel = kind[:strings.LastIndexByte(kind, ' ')]
+		}
+		t.relBytes[rel] += n
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nWAL per reminder from pg_waldump (the statements' own transactions)\n")
@@ -474,6 +530,14 @@ func (cs costs) walDump(tb testing.TB, from, to string, rels map[string]string) 
 		fmt.Fprintf(&sb, "%-18s %s\n", name, strings.Join(parts, ", "))
 	}
 	tb.Log(sb.String())
+	return totals
+}
+
+// walTotals is what one statement's transactions wrote, from pg_waldump.
+type walTotals struct {
+	recs, bytes int64
+	kinds       map[string]int64 // "relation kind" (walRelation) → records
+	relBytes    map[string]int64 // relation (or resource manager) → bytes
 }
 
 // walRelation names what one pg_waldump record (its fields f) wrote: the
@@ -487,7 +551,7 @@ func walRelation(f []string, rels map[string]string) string {
 			kind = f[i+1]
 		}
 		if w == "rel" && i+1 < len(f) && rel == "" {
-			node := f[i+1][strings.LastIndexByte(f[i+1], '/')+1:]
+			node := strings.TrimSuffix(f[i+1][strings.LastIndexByte(f[i+1], '/')+1:], ",")
 			if rel = rels[node]; rel == "" {
 				rel = "rel " + node
 			}
@@ -499,8 +563,8 @@ func walRelation(f []string, rels map[string]string) string {
 	return rel + " " + kind
 }
 
-func fencedIn(tb testing.TB, db *testenv.DB, state string) []Fenced {
-	rows, err := db.Pool.Query(context.Background(), `SELECT id, fence FROM reminders WHERE state = $1 ORDER BY id`, state)
+func fencedIn(tb testing.TB, db *testenv.DB, table, state string) []Fenced {
+	rows, err := db.Pool.Query(context.Background(), `SELECT id, fence FROM `+table+` WHERE state = $1 ORDER BY id`, state)
 	if err != nil {
 		tb.Fatal(err)
 	}
