@@ -66,3 +66,82 @@ func FuzzAppendJSONString(f *testing.F) {
 		require.Equal(t, string(want), string(appendJSONString(nil, s)))
 	})
 }
+
+// acceptanceSeeds are answers of the shapes providers send, and near misses.
+var acceptanceSeeds = []string{
+	`{"id":"m-1","status":"accepted"}` + "\n", `{"id":"m-1","status":"accepted","duplicate":true}`, `{}`, ` { } `,
+	`{"ID":"a","Id":"b"}`, `{"id":"a","id":null}`, `{"id":true}`, `{"id":"a\"b"}`, `{"id":"\u00e9"}`, `{"id":"é"}`,
+	`{"id":"a\xffb"}`, `{"id":"a",}`, `{"id":"a"} x`, `{"id":1}`, `{"status":"x","id":"q"}`, `{"ıd":"a"}`,
+	`{"id":"a" , "n":null ,"t":false}`, `["id"]`, `{"id":"tab	here"}`, `{"id"  :  "x"}`, `{"id":"x"`, `nul`, ``,
+}
+
+// FuzzAcceptedID: whenever acceptedID reads a body, encoding/json reads the
+// same id from it, without error.
+func FuzzAcceptedID(f *testing.F) {
+	for _, s := range acceptanceSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		id, ok := acceptedID(body)
+		if !ok {
+			return
+		}
+		var a acceptance
+		require.NoError(t, json.Unmarshal(body, &a), "%q", body)
+		require.Equal(t, a.ID, id, "%q", body)
+	})
+}
+
+// TestAcceptedIDReadsPlainAnswers: the answers the fake provider gives (and
+// the plain shapes around them) are read without encoding/json, and agree
+// with it.
+func TestAcceptedIDReadsPlainAnswers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body string
+		id   string
+	}{
+		{`{"id":"m-1","status":"accepted"}` + "\n", "m-1"},
+		{`{"id":"m-1","status":"accepted","duplicate":true}`, "m-1"},
+		{` {"status" : "queued", "ID":"a", "Id": "b" , "x":null} `, "b"},
+		{`{"id":"é 日本"}`, "é 日本"},
+		{`{}`, ""},
+	} {
+		id, ok := acceptedID([]byte(tc.body))
+		require.True(t, ok, "%q is read", tc.body)
+		require.Equal(t, tc.id, id, "%q", tc.body)
+		var a acceptance
+		require.NoError(t, json.Unmarshal([]byte(tc.body), &a))
+		require.Equal(t, a.ID, id, "%q agrees with encoding/json", tc.body)
+	}
+	for _, body := range []string{`{"id":"a","id":null}`, `{"id":true}`, `{"id":"a\"b"}`, `{"id":"a\xffb"}`,
+		`{"id":"a",}`, `{"id":"a"} x`, `{"id":1}`, `{"ıd":"a"}`, `{"id":"x"`, ``} {
+		_, ok := acceptedID([]byte(body))
+		require.False(t, ok, "%q is left to encoding/json", body)
+	}
+}
+
+// BenchmarkAcceptance reads the id of the fake provider's acceptance, as
+// interpret did (encoding/json) and does (acceptedID).
+//
+//	go test ./internal/sms -run '^$' -bench '^BenchmarkAcceptance$' -benchmem -count 6
+func BenchmarkAcceptance(b *testing.B) {
+	body := []byte(`{"id":"01JDZ4Q6W3K8M2N5P7R9T1V3X5","status":"accepted"}` + "\n")
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var a acceptance
+			if err := json.Unmarshal(body, &a); err != nil || a.ID == "" {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("acceptedID", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if id, ok := acceptedID(body); !ok || id == "" {
+				b.Fatal(id)
+			}
+		}
+	})
+}

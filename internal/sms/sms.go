@@ -355,9 +355,12 @@ func (c *Client) interpret(resp *http.Response, body []byte) (string, error) {
 	switch {
 	case status >= 200 && status < 300:
 		var a acceptance
-		if err := json.Unmarshal(body, &a); err != nil {
-			return "", provider.RetryableError("bad_response", 0,
-				fmt.Errorf("decoding sms response (status %d, body %s): %w", status, excerpt(body), err))
+		var plain bool
+		if a.ID, plain = acceptedID(body); !plain {
+			if err := json.Unmarshal(body, &a); err != nil {
+				return "", provider.RetryableError("bad_response", 0,
+					fmt.Errorf("decoding sms response (status %d, body %s): %w", status, excerpt(body), err))
+			}
 		}
 		if a.ID == "" {
 			return "", provider.RetryableError("bad_response", 0,
