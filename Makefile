@@ -63,7 +63,8 @@ FUZZ_TARGETS := \
 	./internal/message:FuzzOpen ./internal/message:FuzzParseKeys \
 	./internal/ctl:FuzzParseLine ./internal/ctl:FuzzReadLine ./internal/ctl:FuzzReadLines \
 	./pkg/intake:FuzzCheckData ./internal/ratelimit:FuzzParse ./internal/email:FuzzParseSMTPURL \
-	./internal/sms:FuzzParseRetryAfter ./internal/sms:FuzzInterpret ./internal/ops:FuzzDeadLetter
+	./internal/sms:FuzzParseRetryAfter ./internal/sms:FuzzInterpret ./internal/ops:FuzzDeadLetter \
+	./internal/sms:FuzzAppendJSONString ./internal/sms:FuzzAcceptedID
 FUZZTIME ?= 2s
 # No minimizing in a short run: a deadline that falls while the engine
 # minimizes a new input fails the run ("context deadline exceeded").

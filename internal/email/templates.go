@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	texttemplate "text/template"
+
+	"github.com/nudgehq/nudge/internal/tmplrender"
 )
 
 //go:embed templates/*.tmpl
@@ -41,6 +45,9 @@ type templateSet struct {
 	subject *texttemplate.Template
 	text    *texttemplate.Template
 	html    *htmltemplate.Template // nil: plain-text only
+	// The trees internal/tmplrender renders directly, each nil when its
+	// template holds anything else (Render then executes the template).
+	fastSubject, fastText, fastHTML *tmplrender.Tree
 }
 
 // Rendered is one message rendered from a template.
@@ -112,6 +119,7 @@ func LoadTemplates(dir string) (*Templates, error) {
 		if ts.text == nil {
 			return nil, fmt.Errorf("loading template %q: missing %s%s", name, name, textSuffix)
 		}
+		ts.fastSubject, ts.fastText, ts.fastHTML = tmplrender.Text(ts.subject, nil), tmplrender.Text(ts.text, nil), tmplrender.HTML(ts.html)
 	}
 	return t, nil
 }
@@ -168,22 +176,46 @@ func (t *Templates) Render(name string, data map[string]any) (Rendered, error) {
 		return Rendered{}, fmt.Errorf("rendering %q: %w", name, ErrUnknownTemplate)
 	}
 	var r Rendered
-	var buf bytes.Buffer
-	if err := ts.subject.Execute(&buf, data); err != nil {
+	buf := renderBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		buf.Reset()
+		if buf.Cap() <= maxPooledRender {
+			renderBuffers.Put(buf)
+		}
+	}()
+	if err := execute(buf, ts.fastSubject, ts.subject, data); err != nil {
 		return Rendered{}, fmt.Errorf("rendering %q subject: %w", name, err)
 	}
 	r.Subject = strings.Join(strings.Fields(buf.String()), " ")
 	buf.Reset()
-	if err := ts.text.Execute(&buf, data); err != nil {
+	if err := execute(buf, ts.fastText, ts.text, data); err != nil {
 		return Rendered{}, fmt.Errorf("rendering %q text body: %w", name, err)
 	}
 	r.Text = buf.String()
 	if ts.html != nil {
 		buf.Reset()
-		if err := ts.html.Execute(&buf, data); err != nil {
+		if err := execute(buf, ts.fastHTML, ts.html, data); err != nil {
 			return Rendered{}, fmt.Errorf("rendering %q HTML body: %w", name, err)
 		}
 		r.HTML = buf.String()
 	}
 	return r, nil
+}
+
+// maxPooledRender bounds the buffer a render keeps for the next one: an
+// outsized message's buffer is left to the collector.
+const maxPooledRender = 16 << 10
+
+var renderBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// execute renders data into buf (empty) with fast when it can, else with
+// tmpl (a text/template or html/template template).
+func execute(buf *bytes.Buffer, fast *tmplrender.Tree, tmpl interface {
+	Execute(io.Writer, any) error
+}, data map[string]any) error {
+	if fast.Execute(buf, data) {
+		return nil
+	}
+	buf.Reset()
+	return tmpl.Execute(buf, data)
 }

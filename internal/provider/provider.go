@@ -201,3 +201,16 @@ func RetryableError(code string, retryAfter time.Duration, err error) *Error {
 func PermanentError(code string, err error) *Error {
 	return &Error{Kind: Permanent, Code: code, Err: err}
 }
+
+// WithTimeout is context.WithTimeout(ctx, timeout) for an adapter's request,
+// except that it returns ctx itself (and a no-op cancel) when ctx's own
+// deadline comes first: the worker sends with a context bounded by its
+// send timeout and the reminder's deadline, and a child context with a
+// later deadline would bound nothing more, yet cost a timer and four
+// allocations per send.
+func WithTimeout(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, timeout)
+}

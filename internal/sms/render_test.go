@@ -27,6 +27,7 @@ var directCases = map[string]string{
 	"or-one":        `{{or .a}}`,
 	"date-args":     `{{date .d "2006" "x"}}`,
 	"comment":       `{{/* c */ -}} {{.a -}} !`,
+	"time-methods":  `{{if not .d.IsZero}}on {{.d.Format "2006-01-02"}}{{else}}soon{{end}} {{not .a}} {{.b}} {{or .c .reminder_id}}`,
 }
 
 // values are what a reminder's data may hold under a key.
@@ -62,7 +63,7 @@ func TestDirectRenderMatchesTextTemplate(t *testing.T) {
 					data[k] = v
 				}
 			}
-			if fast.root != nil && (&directRender{out: &bytes.Buffer{}}).list(fast.root, data) {
+			if fast.root.Execute(&bytes.Buffer{}, data) {
 				direct[name]++
 			}
 			var want, got bytes.Buffer
@@ -72,7 +73,7 @@ func TestDirectRenderMatchesTextTemplate(t *testing.T) {
 			require.Equal(t, want.String(), got.String(), "%s with %v", name, data)
 		}
 	}
-	for _, name := range []string{"or-with-else", "date", "if-else-with", "nested", "comment", "or-one",
+	for _, name := range []string{"or-with-else", "date", "if-else-with", "nested", "comment", "or-one", "time-methods",
 		"default course-expiry", "default subscription-renewal", "default certificate-cleanup"} {
 		require.Positive(t, direct[name], "%s rendered directly at least once", name)
 	}
@@ -87,9 +88,8 @@ func TestDefaultTemplatesRenderDirectly(t *testing.T) {
 	t.Parallel()
 	for name, tmpl := range DefaultTemplates().byName {
 		require.NotNil(t, tmpl.root, "%s is fastable", name)
-		r := directRender{out: &bytes.Buffer{}}
 		data := map[string]any{"course": "Go 101", "reminder_id": int64(1), "tenant": "t",
 			"deadline": time.Date(2030, 1, 31, 23, 59, 0, 0, time.UTC)}
-		require.True(t, r.list(tmpl.root, data), "%s renders directly", name)
+		require.True(t, tmpl.root.Execute(&bytes.Buffer{}, data), "%s renders directly", name)
 	}
 }

@@ -103,6 +103,8 @@ type Config struct {
 // provider.Sender and is safe for concurrent use.
 type Client struct {
 	endpoint  string
+	post      *http.Request // the send's request without context, header or body
+	auth      []string      // the Authorization header's value, nil when none
 	token     string
 	sender    string
 	timeout   time.Duration
@@ -157,8 +159,19 @@ func New(cfg Config) (*Client, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
+	endpoint := u.JoinPath(messagesPath).String()
+	post, err := http.NewRequest(http.MethodPost, endpoint, http.NoBody)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Config.URL: %w", ErrInvalidConfig, err)
+	}
+	var auth []string
+	if cfg.Token != "" {
+		auth = []string{"Bearer " + cfg.Token}
+	}
 	return &Client{
-		endpoint:  u.JoinPath(messagesPath).String(),
+		endpoint:  endpoint,
+		post:      post,
+		auth:      auth,
 		token:     cfg.Token,
 		sender:    cfg.Sender,
 		timeout:   timeout,
@@ -188,15 +201,6 @@ type renderState struct {
 
 var renderStates = sync.Pool{New: func() any { return &renderState{data: make(map[string]any, 8)} }}
 
-// request is the provider's JSON request body.
-type request struct {
-	To        string `json:"to"`
-	Body      string `json:"body"`
-	Reference string `json:"reference"`
-	Tenant    string `json:"tenant"`
-	From      string `json:"from,omitempty"`
-}
-
 // acceptance is the part of a 2xx response body the client needs.
 type acceptance struct {
 	ID string `json:"id"`
@@ -225,29 +229,12 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 	if err != nil {
 		return "", err
 	}
-	payload, err := json.Marshal(request{
-		To:        msg.Recipient,
-		Body:      text,
-		Reference: strconv.FormatInt(msg.ReminderID, 10),
-		Tenant:    msg.Tenant,
-		From:      c.sender,
-	})
-	if err != nil {
-		return "", provider.PermanentError("message", fmt.Errorf("encoding sms request: %w", err))
-	}
+	payload := appendRequest(make([]byte, 0, requestSize(msg.Recipient, text, msg.Tenant, c.sender)),
+		msg.Recipient, text, msg.ReminderID, msg.Tenant, c.sender)
 
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := provider.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(payload))
-	if err != nil {
-		return "", provider.PermanentError("message", fmt.Errorf("building sms request: %w", err))
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Idempotency-Key", msg.IdempotencyKey)
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	req := c.request(ctx, payload, msg.IdempotencyKey)
 
 	// The caller's last check, once nothing but the request itself is left:
 	// ctx (the caller's deadline, if earlier than Timeout) then bounds the
@@ -259,7 +246,10 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 	if err != nil {
 		return "", transportError(fmt.Sprintf("sending reminder %d by sms", msg.ReminderID), err)
 	}
-	body, err := readBody(resp.Body)
+	rb := answers.Get().(*answer)
+	defer rb.release()
+	body, err := readBodyInto(rb.b[:0], resp.Body)
+	rb.b = body
 	if err != nil {
 		// The status line arrived but the body did not: for a 2xx the
 		// provider accepted and only the id is missing, so retrying with
@@ -267,6 +257,56 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 		return "", transportError(fmt.Sprintf("reading sms response (status %d)", resp.StatusCode), err)
 	}
 	return c.interpret(resp, body)
+}
+
+// Header values every send shares. A request's header map is its own, but
+// these slices are never written: net/http only reads a request's header,
+// and Header.Set replaces a value's slice instead of writing into it.
+var (
+	jsonContentType = []string{"application/json"}
+	acceptJSON      = []string{"application/json"}
+)
+
+// request is the POST of payload with idempotency key key: c.post (the
+// endpoint parsed once by New) with ctx, its own header and the body, as
+// http.NewRequestWithContext would build it.
+func (c *Client) request(ctx context.Context, payload []byte, key string) *http.Request {
+	req := c.post.WithContext(ctx)
+	h := make(http.Header, 4)
+	h["Content-Type"] = jsonContentType
+	h["Accept"] = acceptJSON
+	h["Idempotency-Key"] = []string{key}
+	if c.auth != nil {
+		h["Authorization"] = c.auth
+	}
+	req.Header = h
+	// The body's types are the ones net/http knows to be in memory (a
+	// bytes.Reader in io.NopCloser): it then writes the headers and the
+	// body with one write, not two (TestSendWritesRequestOnce).
+	r := bytes.NewReader(payload)
+	req.Body = io.NopCloser(r)
+	req.ContentLength = int64(len(payload))
+	// GetBody lets the transport send the request again on another
+	// connection when a pooled one turns out closed before it was written.
+	snapshot := *r
+	req.GetBody = func() (io.ReadCloser, error) {
+		r := snapshot
+		return io.NopCloser(&r), nil
+	}
+	return req
+}
+
+// answer is a pooled buffer a send's answer is read into; it is released
+// once the answer is interpreted (the id and the errors copy what they keep).
+type answer struct{ b []byte }
+
+var answers = sync.Pool{New: func() any { return &answer{b: make([]byte, 0, 512)} }}
+
+func (a *answer) release() {
+	if cap(a.b) <= maxPooledRender {
+		a.b = a.b[:0]
+		answers.Put(a)
+	}
 }
 
 // Lookup asks the provider for the message accepted under msg's idempotency
@@ -315,9 +355,12 @@ func (c *Client) interpret(resp *http.Response, body []byte) (string, error) {
 	switch {
 	case status >= 200 && status < 300:
 		var a acceptance
-		if err := json.Unmarshal(body, &a); err != nil {
-			return "", provider.RetryableError("bad_response", 0,
-				fmt.Errorf("decoding sms response (status %d, body %s): %w", status, excerpt(body), err))
+		var plain bool
+		if a.ID, plain = acceptedID(body); !plain {
+			if err := json.Unmarshal(body, &a); err != nil {
+				return "", provider.RetryableError("bad_response", 0,
+					fmt.Errorf("decoding sms response (status %d, body %s): %w", status, excerpt(body), err))
+			}
 		}
 		if a.ID == "" {
 			return "", provider.RetryableError("bad_response", 0,
@@ -379,13 +422,28 @@ func transportError(op string, err error) error {
 // readBody reads at most maxResponseBody bytes, then drains a bounded amount
 // more so the connection can be reused, and closes the body.
 func readBody(rc io.ReadCloser) ([]byte, error) {
+	return readBodyInto(nil, rc)
+}
+
+// readBodyInto is readBody appending to b, growing it only as the answer
+// needs (io.ReadAll starts at 512 bytes and grows by copies).
+func readBodyInto(b []byte, rc io.ReadCloser) ([]byte, error) {
 	defer rc.Close()
-	body, err := io.ReadAll(io.LimitReader(rc, maxResponseBody))
-	if err != nil {
-		return nil, err
+	for len(b) < maxResponseBody {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(max(cap(b), 512), maxResponseBody-len(b)))
+		}
+		n, err := rc.Read(b[len(b):min(cap(b), maxResponseBody)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil // the whole answer: nothing to drain
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(rc, maxResponseBody))
-	return body, nil
+	return b, nil
 }
 
 func statusError(status int, body []byte) error {

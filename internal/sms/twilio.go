@@ -254,7 +254,7 @@ func (c *TwilioClient) refusal(op string, status int, header http.Header, body [
 // do sends one request with basic auth (form as the body of a POST) and
 // reads the answer.
 func (c *TwilioClient) do(ctx context.Context, method, target string, form url.Values) (int, http.Header, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := provider.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var req *http.Request
 	var err error

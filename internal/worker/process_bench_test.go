@@ -52,7 +52,8 @@ func benchProcessBatch(b *testing.B, size int, viaHTTP bool) {
 		b.Cleanup(srv.Close)
 		hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}}
 		b.Cleanup(hc.CloseIdleConnections)
-		c, err := smsapi.New(smsapi.Config{URL: srv.URL, HTTPClient: hc})
+		// As the binaries wire it: the adapter's timeout is the worker's send timeout.
+		c, err := smsapi.New(smsapi.Config{URL: srv.URL, HTTPClient: hc, Timeout: f.w.cfg.SendTimeout})
 		if err != nil {
 			b.Fatal(err)
 		}
