@@ -51,7 +51,8 @@ import (
 // with whatever else uses the node) are reported beside the rest.
 // NUDGE_BENCH_SENDER=nop replaces the HTTP hop to the fake provider with an
 // in-process sink; NUDGE_BENCH_CPUPROFILE=FILE writes a CPU profile of the
-// measured window only (seeding excluded).
+// measured window only (seeding excluded). NUDGE_BENCH_WARMUP=W first runs W
+// reminders per worker through the pipeline, outside the measured window.
 func BenchmarkPipeline(b *testing.B) {
 	n := envInt("NUDGE_BENCH_N", 20000)
 	k := envInt("NUDGE_BENCH_WORKERS", 2)
@@ -199,26 +200,40 @@ func runPipeline(b *testing.B, n, k int) {
 		return p
 	}
 
-	const chunk = 2000
-	due, deadline := time.Now().Add(-time.Minute), time.Now().Add(2*time.Hour)
-	for off := 0; off < n; off += chunk {
-		reqs := make([]intake.Request, 0, chunk)
-		for i := off; i < min(off+chunk, n); i++ {
-			reqs = append(reqs, intake.Request{
-				Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
-				Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
-				Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: deadline,
-			})
-		}
-		out, err := intake.ScheduleMany(ctx, db.Pool, reqs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, o := range out {
-			if o.Err != nil {
-				b.Fatal(o.Err)
+	// seed schedules the reminders [from, to), due a minute ago.
+	seed := func(from, to int) {
+		const chunk = 2000
+		due, deadline := time.Now().Add(-time.Minute), time.Now().Add(2*time.Hour)
+		for off := from; off < to; off += chunk {
+			reqs := make([]intake.Request, 0, chunk)
+			for i := off; i < min(off+chunk, to); i++ {
+				reqs = append(reqs, intake.Request{
+					Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
+					Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
+					Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: deadline,
+				})
+			}
+			out, err := intake.ScheduleMany(ctx, db.Pool, reqs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, o := range out {
+				if o.Err != nil {
+					b.Fatal(o.Err)
+				}
 			}
 		}
+	}
+	// NUDGE_BENCH_WARMUP=W: W reminders per worker go through the whole
+	// pipeline (dispatcher, workers, provider) before the N measured ones
+	// are scheduled and the clock starts, so the measured window holds no
+	// connection's start: its backend, catalog caches, statement preparation
+	// and first plans (about 70 ms of PostgreSQL CPU per connection).
+	warm := envInt("NUDGE_BENCH_WARMUP", 0) * k
+	if warm == 0 {
+		seed(0, n)
+	} else {
+		seed(n, n+warm)
 	}
 	// NUDGE_BENCH_WINDOW=open: every SMS under a send window policy that is
 	// open now (an hour ago to two hours ahead, UTC), so each claim evaluates it.
@@ -277,6 +292,30 @@ func runPipeline(b *testing.B, n, k int) {
 		Actor: "bench-dispatcher",
 	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1)}}
 	beam := testenv.BrokerPID()
+	terminal := func() (done int64) {
+		for _, w := range workers {
+			c := w.Counts()
+			done += c.Delivered + c.Failed + c.Expired
+		}
+		return done
+	}
+	if warm > 0 {
+		if _, err := d.RunOnce(ctx); err != nil {
+			b.Fatalf("dispatcher (warm-up): %v", err)
+		}
+		for limit := time.Now().Add(5 * time.Minute); terminal() < int64(warm); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(limit) {
+				b.Fatalf("warm-up: only %d of %d terminal after 5 minutes", terminal(), warm)
+			}
+		}
+		seed(0, n)
+		counted.n.Store(0)
+	}
+	measured := time.Now() // the measured reminders' events are at or after it
+	var frames int64
+	for _, w := range workers {
+		frames -= w.Counts().AckFrames
+	}
 
 	// Backends serving this run: the pools open their connections lazily,
 	// and one opened during the run counts from zero.
@@ -328,11 +367,7 @@ func runPipeline(b *testing.B, n, k int) {
 	}()
 	var dispElapsed time.Duration
 	for limit := time.Now().Add(10 * time.Minute); ; {
-		var done int64
-		for _, w := range workers {
-			c := w.Counts()
-			done += c.Delivered + c.Failed + c.Expired
-		}
+		done := terminal() - int64(warm)
 		if done >= int64(n) {
 			break
 		}
@@ -375,7 +410,7 @@ func runPipeline(b *testing.B, n, k int) {
 	var delivered int
 	if err := db.Pool.QueryRow(ctx, `SELECT min(at) FILTER (WHERE reason = 'claimed for dispatch'),
 		       max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled')),
-		       count(*) FILTER (WHERE to_state = 'delivered') FROM reminder_timeline`).
+		       count(*) FILTER (WHERE to_state = 'delivered') FROM reminder_timeline WHERE at >= $1`, measured).
 		Scan(&first, &last, &delivered); err != nil {
 		b.Fatal(err)
 	}
@@ -398,7 +433,6 @@ func runPipeline(b *testing.B, n, k int) {
 		n, k, rate, wall.Round(time.Millisecond), dispElapsed.Round(time.Millisecond), sum.Batches)
 	fmt.Fprintf(&sb, "CPU-s per 1000: go %.3f, pg backends %.3f, RabbitMQ node %.3f (shared); WAL %.0f B/reminder (whole server); deadlocks %d\n",
 		per1k(goCPU), per1k(pgCPU), per1k(mqCPU), walBytes/float64(n), dl1-dl0)
-	var frames int64
 	for _, w := range workers {
 		frames += w.Counts().AckFrames
 	}

@@ -88,6 +88,7 @@ func main() {
 	flag.StringVar(&scrapeSizes, "scrape-sizes", "10000,1000000,10000000", "table sizes of the scrape-and-pass runs (on the scale section's tables, built once for both): pending reminders scheduled from tomorrow on, besides the due sets, of which a backlog of 1,000 is due at the scrape's clock")
 	flag.IntVar(&o.controlSize, "control-size", 10000, "rows of the control table built beside every scale and scrape table (scheduled for later, besides the due sets, as the table's)")
 	flag.IntVar(&o.scalePerRun, "scale-claims", 5000, "rows claimed per scale run and layout (every table holds 2 × -runs times as many due rows on top of its size)")
+	flag.IntVar(&warmup, "warmup", warmup, "reminders (River: jobs) per worker run through every end-to-end run before its clock starts, left out of its figures (0: cold starts)")
 	flag.IntVar(&envelopeSize, "envelope-size", envelopeSize, "reminders per broker message of every dispatcher (dispatcher --envelope-size; 1: a message per reminder); the dispatcher-alone section also runs at 1")
 	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
 	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
@@ -113,6 +114,9 @@ func main() {
 			fatalUsage("-only", fmt.Errorf("unknown section %q", s))
 		}
 		o.sections[s] = true
+	}
+	if warmup < 0 {
+		fatalUsage("-warmup", errors.New("must not be negative"))
 	}
 	if o.runs < 1 {
 		fatalUsage("-runs", errors.New("must be at least 1"))

@@ -76,22 +76,32 @@ func dropSeedTemplates() {
 // copied from the template of that n, which the intake seeds on first use.
 func setupNudge(ctx context.Context, e *env, n int, due dueFunc) (*nudgeSetup, error) {
 	if due == nil {
-		tmpl, ok := seedTemplates[n]
-		if !ok {
-			var err error
-			if tmpl, err = setupNudgeSchema(ctx, e, n, dueNow(), "bench_seed"); err != nil {
-				return nil, err
-			}
-			seedTemplates[n] = tmpl
+		tmpl, err := seedTemplate(ctx, e, n)
+		if err != nil {
+			return nil, err
 		}
-		return setupNudgeSchema(ctx, e, n, nil, tmpl.schema)
+		return setupNudgeSchema(ctx, e, n, nil, tmpl)
 	}
 	return setupNudgeSchema(ctx, e, n, due, "")
 }
 
+// seedTemplate is the schema of the template of n reminders due now,
+// seeded on first use.
+func seedTemplate(ctx context.Context, e *env, n int) (string, error) {
+	tmpl, ok := seedTemplates[n]
+	if !ok {
+		var err error
+		if tmpl, err = setupNudgeSchema(ctx, e, n, dueNow(), "bench_seed"); err != nil {
+			return "", err
+		}
+		seedTemplates[n] = tmpl
+	}
+	return tmpl.schema, nil
+}
+
 // setupNudgeSchema is setupNudge: with due nil, copying the reminders of
-// the schema named from; otherwise scheduling them, in a schema named after
-// from (a prefix) when it is not empty.
+// the schema named from (none when from is empty); otherwise scheduling
+// them, in a schema named after from (a prefix) when it is not empty.
 func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from string) (*nudgeSetup, error) {
 	prefix := "bench_nudge"
 	if due != nil && from != "" {
@@ -136,12 +146,31 @@ func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from stri
 		return fail(fmt.Errorf("declaring topology %s: %w", topo.Prefix, err))
 	}
 	if due == nil {
-		q := fmt.Sprintf(stmt("SeedCopy"), pgx.Identifier{from}.Sanitize())
-		if _, err := s.pool.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fail(fmt.Errorf("copying the seeded reminders of %s: %w", from, err))
+		if from != "" {
+			if err := s.copyFrom(ctx, from); err != nil {
+				return fail(err)
+			}
 		}
 		return s, nil
 	}
+	if err := s.schedule(ctx, n, due, "bench"); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// copyFrom copies the reminders of the template schema named from (SeedCopy).
+func (s *nudgeSetup) copyFrom(ctx context.Context, from string) error {
+	q := fmt.Sprintf(stmt("SeedCopy"), pgx.Identifier{from}.Sanitize())
+	if _, err := s.pool.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("copying the seeded reminders of %s: %w", from, err)
+	}
+	return nil
+}
+
+// schedule schedules n SMS reminders through the intake, due as due says,
+// with idempotency keys "<key>:<i>".
+func (s *nudgeSetup) schedule(ctx context.Context, n int, due dueFunc, key string) error {
 	// Seeding is the intake's bulk statement, chunk by chunk, over two
 	// connections at once: PostgreSQL's side of it is the work, and one
 	// connection would leave one of the two cores idle.
@@ -153,7 +182,7 @@ func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from stri
 			for i := off; i < min(off+chunk, n); i++ {
 				dueAt, deadline := due(i)
 				reqs = append(reqs, intake.Request{
-					Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("bench:%d", i), Channel: reminder.SMS,
+					Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("%s:%d", key, i), Channel: reminder.SMS,
 					Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
 					Data: map[string]any{"course": "Go 101"}, DueAt: dueAt, Deadline: deadline,
 				})
@@ -170,10 +199,51 @@ func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from stri
 			return nil
 		})
 	}
-	if err := inParallel(ctx, s.pool, 2, jobs); err != nil {
-		return fail(err)
+	return inParallel(ctx, s.pool, 2, jobs)
+}
+
+// warmup is -warmup: the reminders (River: jobs) per worker that go through
+// every end-to-end run before its clock starts, so that the measured window
+// holds the steady state and no connection's start. A connection's first
+// statements cost PostgreSQL about 70 ms of CPU (its backend, catalog
+// caches, the statements' preparation and first custom plans), paid by every
+// connection of every worker: at 4 workers and N = 10,000, 16 connections'
+// starts were over a quarter of the run's CPU. 5,000 per worker gives each of its
+// 4 connections ~25 batches before the clock, past the 5 custom plans
+// PostgreSQL makes of each statement. 0: none (every run starts cold).
+var warmup = 5000
+
+// warmIDBase numbers the warm-up's reminders and events, above the measured
+// ones; the run's statements count only those below it.
+const warmIDBase = 1_000_000_000
+
+// belowWarm names, for the harness's statements, the measured reminders.
+var belowWarm = pgx.NamedArgs{"below": warmIDBase}
+
+// warmUp runs m reminders, numbered from warmIDBase, through the dispatcher
+// d and the started workers, and returns once every one is terminal.
+func (s *nudgeSetup) warmUp(ctx context.Context, d *dispatch.Dispatcher, m int) error {
+	if _, err := s.pool.Exec(ctx, stmt("WarmupIDs"), pgx.NamedArgs{"base": warmIDBase}); err != nil {
+		return fmt.Errorf("numbering the warm-up: %w", err)
 	}
-	return s, nil
+	if err := s.schedule(ctx, m, dueNow(), "bench-warmup"); err != nil {
+		return err
+	}
+	if _, err := dispatchUntilDone(ctx, d); err != nil {
+		return fmt.Errorf("warm-up dispatcher: %w", err)
+	}
+	for limit := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var done int
+		if err := s.pool.QueryRow(ctx, stmt("WarmupTerminal"), belowWarm).Scan(&done); err != nil {
+			return err
+		}
+		if done >= m {
+			return nil
+		}
+		if time.Now().After(limit) {
+			return fmt.Errorf("warm-up: only %d of %d reminders terminal after 2 minutes", done, m)
+		}
+	}
 }
 
 // envelopeSize is the dispatchers' dispatch.Config.EnvelopeSize (-envelope-size):
@@ -371,7 +441,15 @@ func dispatchUntilDone(ctx context.Context, d *dispatch.Dispatcher) ([]string, e
 // measures what they occupy over the retention windows (measureStorage).
 func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, storage *storageResult) (e2eResult, error) {
 	var res e2eResult
-	s, err := setupNudge(ctx, e, n, nil)
+	tmpl, err := seedTemplate(ctx, e, n)
+	if err != nil {
+		return res, err
+	}
+	from := tmpl
+	if warmup > 0 {
+		from = "" // copied after the warm-up
+	}
+	s, err := setupNudgeSchema(ctx, e, n, nil, from)
 	if err != nil {
 		return res, err
 	}
@@ -398,6 +476,15 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, 
 
 	d, pub := s.dispatcher(e, keys, nil)
 	defer pub.Close()
+	if warmup > 0 {
+		if err := s.warmUp(ctx, d, warmup*k); err != nil {
+			return res, err
+		}
+		if err := s.copyFrom(ctx, tmpl); err != nil {
+			return res, err
+		}
+		sent.Store(0) // pollDB counts the measured sends
+	}
 	if profile != "" {
 		f, err := os.Create(profile)
 		if err != nil {
@@ -413,6 +500,15 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, 
 	if err != nil {
 		return res, err
 	}
+	walRead := false
+	defer func() {
+		if !walRead {
+			// A run that fails before reading its WAL: the slot's
+			// connection is still out, and closing the pool would wait
+			// for it forever.
+			wal0.release()
+		}
+	}()
 	resetPeakRSS()
 	cpu0 := readCPU()
 	dispErr := make(chan error, 1)
@@ -429,7 +525,7 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, 
 		if pollDB(&sent, n, polled) {
 			polled = time.Now()
 			var done int
-			if err := s.pool.QueryRow(ctx, stmt("TerminalCount")).Scan(&done); err != nil {
+			if err := s.pool.QueryRow(ctx, stmt("TerminalCount"), belowWarm).Scan(&done); err != nil {
 				return res, err
 			}
 			if done >= n {
@@ -450,6 +546,7 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, 
 	}
 	res.CPU = readCPU().sub(cpu0)
 	res.RSS = peakRSSMiB()
+	walRead = true
 	if res.WAL, err = wal0.since(ctx, s.pool); err != nil {
 		return res, err
 	}
@@ -464,17 +561,19 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, 
 	res.FailedPasses = failedPasses
 
 	var first, last time.Time
-	if err := s.pool.QueryRow(ctx, stmt("E2ESpan")).Scan(&first, &last); err != nil {
+	if err := s.pool.QueryRow(ctx, stmt("E2ESpan"), belowWarm).Scan(&first, &last); err != nil {
 		return res, err
 	}
-	if err := s.pool.QueryRow(ctx, stmt("DeliveredCount")).Scan(&res.Delivered); err != nil {
+	if err := s.pool.QueryRow(ctx, stmt("DeliveredCount"), belowWarm).Scan(&res.Delivered); err != nil {
 		return res, err
 	}
 	res.Elapsed = last.Sub(first)
 	res.Rate = float64(n) / res.Elapsed.Seconds()
-	if err = s.pool.QueryRow(ctx, stmt("ClaimToTerminal")).Scan(&res.P50, &res.P99, &res.Max); err != nil || storage == nil {
+	if err = s.pool.QueryRow(ctx, stmt("ClaimToTerminal"), belowWarm).Scan(&res.P50, &res.P99, &res.Max); err != nil || storage == nil {
 		return res, err
 	}
-	*storage, err = measureStorage(ctx, s, n)
+	// The warm-up's reminders were delivered as the measured ones were:
+	// what the tables hold is shared among them all.
+	*storage, err = measureStorage(ctx, s, n+warmup*k)
 	return res, err
 }

@@ -246,7 +246,7 @@ func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int
 	}
 	res.WorkerMiB, res.WorkerCPU = w.peakMiB, w.cpuSec
 	var first, last time.Time
-	if err := s.pool.QueryRow(ctx, stmt("E2ESpan")).Scan(&first, &last); err != nil {
+	if err := s.pool.QueryRow(ctx, stmt("E2ESpan"), belowWarm).Scan(&first, &last); err != nil {
 		return res, fmt.Errorf("reading the run's span: %w", err)
 	}
 	res.Rate = float64(n) / last.Sub(first).Seconds()

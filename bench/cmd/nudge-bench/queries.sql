@@ -10,7 +10,19 @@
 
 -- name: TerminalCount
 -- The end-to-end runs poll this until every reminder reached a terminal state.
-SELECT count(*) FROM reminders WHERE state IN ('delivered', 'failed', 'expired', 'canceled');
+-- The measured reminders are those numbered below @below (warmIDBase); the
+-- warm-up's are numbered from it (WarmupIDs).
+SELECT count(*) FROM reminders WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND id < @below;
+
+-- name: WarmupTerminal
+-- The warm-up's reminders (numbered from @below) in a terminal state.
+SELECT count(*) FROM reminders WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND id >= @below;
+
+-- name: WarmupIDs
+-- The warm-up's reminders and events are numbered from @base, above the
+-- measured ones that SeedCopy copies afterwards with their template's numbers.
+SELECT setval(pg_get_serial_sequence('reminders', 'id'), @base),
+       setval(pg_get_serial_sequence('reminder_events', 'id'), @base);
 
 -- name: StateCounts
 -- How many reminders were published (the broker confirmed them: the
@@ -21,21 +33,25 @@ SELECT (SELECT coalesce(sum(confirmed), 0) FROM publish_confirms),
   FROM reminders;
 
 -- name: DeliveredCount
-SELECT count(*) FROM reminders WHERE state = 'delivered';
+SELECT count(*) FROM reminders WHERE state = 'delivered' AND id < @below;
 
 -- name: RiverCompleted
-SELECT count(*) FROM river_job WHERE state = 'completed';
+-- The jobs of @queue completed (the measured jobs are in the default queue,
+-- the warm-up's in a queue of their own).
+SELECT count(*) FROM river_job WHERE state = 'completed' AND queue = @queue;
 
 -- ------------------------------------------------------------ throughput
 
 -- name: E2ESpan
--- First claim to last terminal state, from the event trail.
+-- First claim to last terminal state, from the event trail (the measured
+-- reminders only: numbered below @below).
 SELECT min(at) FILTER (WHERE from_state = 'pending' AND to_state = 'enqueued'),
        max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
-  FROM reminder_timeline;
+  FROM reminder_timeline
+ WHERE reminder_id < @below;
 
 -- name: RiverSpan
-SELECT min(attempted_at), max(finalized_at) FROM river_job;
+SELECT min(attempted_at), max(finalized_at) FROM river_job WHERE queue = @queue;
 
 -- name: ClaimToTerminal
 -- Per reminder, its claim event to its terminal event (ms): p50, p99, max.
@@ -43,7 +59,7 @@ WITH l AS (
     SELECT reminder_id,
            max(at) FILTER (WHERE to_state IN ('delivered', 'failed', 'expired', 'canceled'))
          - min(at) FILTER (WHERE from_state = 'pending' AND to_state = 'enqueued') AS d
-      FROM reminder_timeline GROUP BY reminder_id)
+      FROM reminder_timeline WHERE reminder_id < @below GROUP BY reminder_id)
 SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM max(d)) * 1000

@@ -233,6 +233,10 @@ func report(o options, m machine, r results) error {
 		p("With the default settings a client fetches at most its free `MaxWorkers` slots per fetch and waits `FetchCooldown` before the next one, so with no-op jobs it cannot exceed about %d / %s = %s jobs/s per client: where the default rows come close to k times that, they measure River's fetch limits rather than its capacity on this machine.\n\n",
 			riverPerWorker, river.FetchCooldownDefault, thousands(int(float64(riverPerWorker)/river.FetchCooldownDefault.Seconds())))
 		p("Rate = N / (first `attempted_at` → last `finalized_at`). Nudge / this: the median Nudge rate over this row's median.\n\n")
+		if warmup > 0 {
+			p("**Warm start** (`-warmup %s`): before each run's clock starts, %s reminders per worker go through the same dispatcher and workers (and %s jobs per client through the same River clients, in a queue of their own, before the measured queue is added to them; not River's jobs inserted as scheduled, whose window still opens with their clients' start: warm clients would open it at a random moment of the scheduler's interval), so the measured window holds the steady state and no connection's start: a Nudge worker connection's first statements cost PostgreSQL ~70 ms of CPU (backend, catalog caches, preparation, first plans), which at 4 workers and N = 10,000 was over a quarter of a cold run's CPU. The warm-up's rows and jobs are left out of every figure; `-warmup 0` measures cold starts.\n\n",
+				thousands(warmup), thousands(warmup), thousands(warmup))
+		}
 		p("| workers | N | system | per second, median | min | max | Nudge / this |\n|---|---|---|---|---|---|---|\n")
 		for i, k := range o.workers {
 			p("| %d | %s | Nudge, reminders | %s | – |\n", k, thousands(o.nFor(k)), fmtS(nudgeS[i]))

@@ -129,25 +129,37 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	if err != nil {
 		return res, err
 	}
+	// The warm-up (-warmup): not for jobs inserted as scheduled, whose window
+	// starts with the clients' start as it did before: with clients already
+	// running, the window would open at a random moment of the leader's
+	// scheduler interval (5 s), a wait that is River's timing, not its work.
+	warm := warmup
 	const chunk = 2000
 	var opts *river.InsertOpts
 	if cfg == riverScheduled {
 		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(-time.Second)}
+		warm = 0
 	}
 	// Two inserting at once, as the intake seeds Nudge's runs (setupNudge).
 	var jobs []func(*pgxpool.Conn) error
-	for off := 0; off < n; off += chunk {
-		jobs = append(jobs, func(*pgxpool.Conn) error {
-			params := make([]river.InsertManyParams, 0, chunk)
-			for i := off; i < min(off+chunk, n); i++ {
-				params = append(params, river.InsertManyParams{Args: noopArgs{N: i}, InsertOpts: opts})
-			}
-			if _, err := inserter.InsertMany(ctx, params); err != nil {
-				return fmt.Errorf("river insert: %w", err)
-			}
-			return nil
-		})
+	insert := func(n int, opts *river.InsertOpts) {
+		for off := 0; off < n; off += chunk {
+			jobs = append(jobs, func(*pgxpool.Conn) error {
+				params := make([]river.InsertManyParams, 0, chunk)
+				for i := off; i < min(off+chunk, n); i++ {
+					params = append(params, river.InsertManyParams{Args: noopArgs{N: i}, InsertOpts: opts})
+				}
+				if _, err := inserter.InsertMany(ctx, params); err != nil {
+					return fmt.Errorf("river insert: %w", err)
+				}
+				return nil
+			})
+		}
 	}
+	insert(n, opts)
+	// The warm-up's jobs (-warmup per client), in a queue of their own that
+	// the clients work before the measured default queue is added to them.
+	insert(warm*k, &river.InsertOpts{Queue: riverWarmupQueue})
 	if err := inParallel(ctx, pool, 2, jobs); err != nil {
 		return res, err
 	}
@@ -164,6 +176,40 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 			p.Close()
 		}
 	}()
+	start := func() error {
+		for i := range k {
+			p, err := pgxpool.New(ctx, url)
+			if err != nil {
+				return err
+			}
+			pools = append(pools, p)
+			ccfg := cfg.clientConfig(name, workers, quiet, fmt.Sprintf("nudge-bench-river-%d", i))
+			if warm > 0 {
+				ccfg.Queues = map[string]river.QueueConfig{riverWarmupQueue: ccfg.Queues[river.QueueDefault]}
+			}
+			c, err := river.NewClient(riverpgxv5.New(p), ccfg)
+			if err != nil {
+				return err
+			}
+			if err := c.Start(ctx); err != nil {
+				return err
+			}
+			clients = append(clients, c)
+		}
+		return nil
+	}
+	measured := pgx.NamedArgs{"queue": river.QueueDefault}
+	if warm > 0 {
+		if err := riverWarmUp(ctx, pool, start, warm*k); err != nil {
+			return res, err
+		}
+		for _, c := range clients {
+			if err := c.Queues().Remove(ctx, riverWarmupQueue); err != nil {
+				return res, err
+			}
+		}
+		worked.Store(0)
+	}
 	wal0, err := walStart(ctx, pool)
 	if err != nil {
 		return res, err
@@ -171,20 +217,17 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	resetPeakRSS()
 	cpu0 := readCPU()
 	started := time.Now()
-	for i := range k {
-		p, err := pgxpool.New(ctx, url)
-		if err != nil {
+	if warm == 0 {
+		if err := start(); err != nil {
 			return res, err
 		}
-		pools = append(pools, p)
-		c, err := river.NewClient(riverpgxv5.New(p), cfg.clientConfig(name, workers, quiet, fmt.Sprintf("nudge-bench-river-%d", i)))
-		if err != nil {
-			return res, err
+	} else {
+		for _, c := range clients {
+			qc := cfg.clientConfig(name, workers, quiet, "").Queues[river.QueueDefault]
+			if err := c.Queues().Add(river.QueueDefault, qc); err != nil {
+				return res, err
+			}
 		}
-		if err := c.Start(ctx); err != nil {
-			return res, err
-		}
-		clients = append(clients, c)
 	}
 	timeout := time.After(10 * time.Minute)
 	var polled time.Time
@@ -192,7 +235,7 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	for {
 		if pollDB(&worked, n, polled) {
 			polled = time.Now()
-			if err := pool.QueryRow(ctx, stmt("RiverCompleted")).Scan(&done); err != nil {
+			if err := pool.QueryRow(ctx, stmt("RiverCompleted"), measured).Scan(&done); err != nil {
 				return res, err
 			}
 			if done >= n {
@@ -211,7 +254,7 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 		return res, err
 	}
 	var first, last time.Time
-	if err := pool.QueryRow(ctx, stmt("RiverSpan")).Scan(&first, &last); err != nil {
+	if err := pool.QueryRow(ctx, stmt("RiverSpan"), measured).Scan(&first, &last); err != nil {
 		return res, err
 	}
 	if cfg == riverScheduled {
@@ -220,4 +263,27 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	res.Elapsed = last.Sub(first)
 	res.Rate = float64(n) / res.Elapsed.Seconds()
 	return res, nil
+}
+
+// riverWarmupQueue holds a run's warm-up jobs (-warmup).
+const riverWarmupQueue = "warmup"
+
+// riverWarmUp starts the clients (start), which work only the warm-up queue,
+// waits until its m jobs are completed, and stops the clients working it.
+func riverWarmUp(ctx context.Context, pool *pgxpool.Pool, start func() error, m int) error {
+	if err := start(); err != nil {
+		return err
+	}
+	for limit := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var done int
+		if err := pool.QueryRow(ctx, stmt("RiverCompleted"), pgx.NamedArgs{"queue": riverWarmupQueue}).Scan(&done); err != nil {
+			return err
+		}
+		if done >= m {
+			return nil
+		}
+		if time.Now().After(limit) {
+			return fmt.Errorf("river warm-up: only %d of %d jobs completed after 2 minutes", done, m)
+		}
+	}
 }
