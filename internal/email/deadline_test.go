@@ -131,9 +131,11 @@ func TestSendIsCutAtTheCallersDeadline(t *testing.T) {
 			t.Parallel()
 			addr, _ := scriptedSMTP(t, tc.stall)
 			s := scriptedSender(t, addr, tc.tls)
+			// The clock starts before the deadline is set: a send that ends
+			// at its deadline took at least 300 ms from here.
+			start := time.Now()
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 			defer cancel()
-			start := time.Now()
 			_, err := s.Send(ctx, reminder(1, "ada@example.com"))
 			took := time.Since(start)
 			requireKind(t, err, provider.Retryable, "timeout")
@@ -153,9 +155,9 @@ func TestGateRunsAfterThePoolWaitAndRefusalSendsNothing(t *testing.T) {
 	addr, got := scriptedSMTP(t, stallDataEnd)
 	stalled := scriptedSender(t, addr, email.TLSNone)
 	holder := make(chan error, 1)
+	start := time.Now() // before the deadline is set, as in the test above
 	hold, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	go func() { _, err := stalled.Send(hold, reminder(1, "ada@example.com")); holder <- err }()
 	<-got // the first send holds the only connection
 	var gateAt time.Duration
