@@ -11,7 +11,9 @@ import "math"
 // consumer's window in messages from what the recent deliveries carried,
 // to hold about Config.Prefetch reminders: a window of Prefetch messages
 // for single messages (retries, deferrals, the reconciler's republishes,
-// an old dispatcher's), Prefetch / 50 for envelopes of 50. A consumer's
+// an old dispatcher's), Prefetch / 50 for envelopes of 50, and never fewer
+// than 4 × Concurrency messages (16 by default: 800 reminders in envelopes
+// of 50). A consumer's
 // window is fixed when it is created (basic.qos before basic.consume,
 // per consumer on a quorum queue), so a new window is a new consumer on
 // the same channel: the deliveries the old one holds stay with the
@@ -22,8 +24,12 @@ import "math"
 type prefetch struct {
 	// limit is the reminders the worker should hold (Config.Prefetch).
 	limit int
-	// least is the smallest window, in messages: enough to feed every
-	// batch slot (Config.Concurrency).
+	// least is the smallest window, in messages: 4 × Config.Concurrency,
+	// so that every batch slot has an envelope to take while others wait
+	// for their entries' rate-limit slots (a paced send holds its envelope
+	// unacked up to ratelimit.Horizon): with 2 × Concurrency, one worker
+	// drained a rate-limited backlog of envelopes of 50 at about two
+	// thirds of the speed, and a tenant deferred behind it was done 2 s later.
 	least int
 	// size estimates the reminders a delivery carries, from the recent
 	// ones: it rises fast (half the way per delivery), so that a backlog of
@@ -40,7 +46,7 @@ type prefetch struct {
 // and one that meets single messages widens its window after a few dozen.
 func newPrefetch(limit, concurrency, batch int) *prefetch {
 	p := &prefetch{limit: max(1, limit), size: float64(max(1, batch))}
-	p.least = min(max(1, concurrency), p.limit)
+	p.least = min(4*max(1, concurrency), p.limit)
 	p.window = p.want()
 	return p
 }

@@ -28,9 +28,9 @@ func TestPrefetchWindow(t *testing.T) {
 		return s
 	}
 
-	t.Run("a backlog of envelopes of 50 is taken 8 at a time", func(t *testing.T) {
+	t.Run("a backlog of envelopes of 50 is taken 16 at a time", func(t *testing.T) {
 		p := newPrefetch(400, 4, 50)
-		require.Equal(t, 8, p.window)
+		require.Equal(t, 16, p.window, "4 × Concurrency, above 400 / 50")
 		require.Empty(t, feed(p, repeat(1000, 50)...), "no new consumer")
 	})
 	t.Run("single messages widen it to Prefetch messages in a few steps", func(t *testing.T) {
@@ -46,9 +46,9 @@ func TestPrefetchWindow(t *testing.T) {
 	t.Run("envelopes after single messages narrow it at the first", func(t *testing.T) {
 		p := newPrefetch(400, 4, 50)
 		feed(p, repeat(200, 1)...)
-		require.Equal(t, []int{15}, feed(p, 50))
+		require.Equal(t, []int{16}, feed(p, 50))
 		feed(p, repeat(20, 50)...)
-		require.LessOrEqual(t, p.window*50, 2*400, "at most twice Prefetch reminders")
+		require.Equal(t, 16, p.window)
 	})
 	t.Run("a few single messages among envelopes keep it", func(t *testing.T) {
 		p := newPrefetch(400, 4, 50)
@@ -58,10 +58,12 @@ func TestPrefetchWindow(t *testing.T) {
 		}
 		require.Empty(t, feed(p, mix...))
 	})
-	t.Run("never below Concurrency, never above Prefetch", func(t *testing.T) {
+	t.Run("never below 4 × Concurrency, never above Prefetch", func(t *testing.T) {
 		p := newPrefetch(400, 4, 50)
 		feed(p, repeat(50, 100)...)
-		require.Equal(t, 4, p.window, "envelopes of 100: one per batch slot")
+		require.Equal(t, 16, p.window, "envelopes of 100")
+		wide := newPrefetch(2000, 4, 50)
+		require.Equal(t, 40, wide.window, "2,000 reminders in envelopes of 50")
 		small := newPrefetch(3, 4, 50)
 		require.Equal(t, 3, small.window)
 		feed(small, repeat(100, 1)...)

@@ -55,8 +55,9 @@ type Config struct {
 	// envelope counts its entries. The broker's window counts messages, so
 	// the worker sizes it from what the recent deliveries carried
 	// (prefetch.go): Prefetch messages while they are single messages,
-	// Prefetch / 50 (at least Concurrency) while they are envelopes of 50,
-	// and up to twice Prefetch reminders while the mix shifts. Zero value:
+	// Prefetch / 50 while they are envelopes of 50, never fewer than
+	// 4 × Concurrency messages (so 800 reminders in envelopes of 50 with
+	// the defaults), and up to twice that while the mix shifts. Zero value:
 	// Concurrency × Batch × 2.
 	Prefetch int
 	// SendTimeout bounds one provider call; the reminder's deadline bounds
