@@ -280,10 +280,11 @@ type Config struct {
 	Budget time.Duration
 	// EnvelopeSize is how many reminders of one channel one message carries
 	// (a message.Batch envelope, at most message.MaxBatchEntries): one
-	// publish, confirm, delivery and ack for that many. Workers older than
-	// envelopes dead-letter them (the reconciler then republishes each
-	// reminder once it is overdue), so raise it only once every worker is
-	// upgraded (docs/deploy.md). Zero value: 1, a message per reminder.
+	// publish, confirm, delivery and ack for that many; 1 is a message per
+	// reminder. Workers older than envelopes dead-letter them (the
+	// reconciler then republishes each reminder once it is overdue): every
+	// worker of the releases since 2026-12-01 reads them (docs/deploy.md).
+	// Zero value: 50, the workers' default batch.
 	EnvelopeSize int
 }
 
@@ -300,7 +301,10 @@ func (c Config) WithDefaults() Config {
 	if c.Budget <= 0 {
 		c.Budget = 4 * time.Minute
 	}
-	c.EnvelopeSize = min(max(c.EnvelopeSize, 1), message.MaxBatchEntries)
+	if c.EnvelopeSize <= 0 {
+		c.EnvelopeSize = 50
+	}
+	c.EnvelopeSize = min(c.EnvelopeSize, message.MaxBatchEntries)
 	return c
 }
 

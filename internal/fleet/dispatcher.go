@@ -31,7 +31,7 @@ func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Config.Budget, "budget", def.Budget,
 		"time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
 	fs.IntVar(&o.Config.EnvelopeSize, "envelope-size", def.EnvelopeSize,
-		"reminders of one channel per broker message (1 to 100; above 1, batch envelopes that workers before them dead-letter: upgrade every worker first, docs/deploy.md)")
+		"reminders of one channel per broker message (1 to 100; above 1, batch envelopes, which workers older than them dead-letter: docs/deploy.md)")
 	fs.DurationVar(&o.Every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
 	fs.StringVar(&o.Pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
 }

@@ -57,7 +57,7 @@ func (o *Worker) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Concurrency, "concurrency", def.Concurrency, "batches processed at once")
 	fs.IntVar(&c.Batch, "batch", def.Batch, "deliveries processed together (one read, one claim, one outcome write)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", def.BatchWait, "how long a partial batch waits for more deliveries")
-	fs.IntVar(&c.Prefetch, "prefetch", 0, "unacked deliveries the broker may send ahead (0: concurrency × batch × 2)")
+	fs.IntVar(&c.Prefetch, "prefetch", 0, "reminders the broker may send ahead, unacked; an envelope counts its entries (0: concurrency × batch × 2)")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", def.SendTimeout, "bound on one provider call (the reminder's deadline bounds it too)")
 	fs.DurationVar(&c.DeadlineMargin, "deadline-margin", 0,
 		"a send is not started when its deadline is this close; size it above the provider's latency "+

@@ -68,6 +68,21 @@ var batchPrefix = []byte(`{"v":`)
 // starts as SealBatch's bodies do. Only a signed body is believed.
 func IsBatch(body []byte) bool { return bytes.HasPrefix(body, batchPrefix) }
 
+// entryPrefix starts every entry of a Batch body SealBatch writes (Entry's
+// first field); inside a JSON string its quotes would be escaped.
+var entryPrefix = []byte(`{"id":`)
+
+// BatchLen is how many reminders body carries, unverified: the entries of
+// a Batch as SealBatch writes it (1 to MaxBatchEntries), 1 for anything
+// else. It sizes flow control before a message is opened; only a signed
+// body is believed.
+func BatchLen(body []byte) int {
+	if !IsBatch(body) {
+		return 1
+	}
+	return min(max(bytes.Count(body, entryPrefix), 1), MaxBatchEntries)
+}
+
 // Envelope is entry i of b as a single-reminder message.
 func (b *Batch) Envelope(i int) Envelope {
 	e := &b.Entries[i]

@@ -133,3 +133,24 @@ func TestSealBatchBounds(t *testing.T) {
 	_, _, err = k.SealBatch(big)
 	require.NoError(t, err, "half of the worst case fits: the dispatcher halves a batch that does not")
 }
+
+// BatchLen counts what SealBatch wrote, whatever the tenants and keys hold,
+// and 1 for a single message or a body that only claims to be a batch.
+func TestBatchLen(t *testing.T) {
+	t.Parallel()
+	k, err := ParseKeys("k1:0123456789abcdef0123")
+	require.NoError(t, err)
+	for _, n := range []int{1, 2, 50, MaxBatchEntries} {
+		b := testBatch(n)
+		b.Entries[0].Tenant = `{"id":1}` // escaped in the body: not an entry
+		body, _, err := k.SealBatch(b)
+		require.NoError(t, err)
+		require.Equal(t, n, BatchLen(body), "a batch of %d", n)
+	}
+	one := testBatch(1)
+	single, _, err := k.Seal(one.Envelope(0))
+	require.NoError(t, err)
+	require.Equal(t, 1, BatchLen(single))
+	require.Equal(t, 1, BatchLen([]byte(`{"v":2}`)), "a batch without entries")
+	require.Equal(t, MaxBatchEntries, BatchLen([]byte(`{"v":2,"entries":[`+strings.Repeat(`{"id":1},`, 2*MaxBatchEntries)+`]}`)))
+}

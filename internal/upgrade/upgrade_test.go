@@ -41,10 +41,10 @@ var (
 	// newArgs are flags only this tree's binaries get, by command: what a
 	// release turns on behind a flag (batch envelopes from the dispatcher,
 	// say) must run beside the old fleet too. Every flag here must exist.
-	// The new dispatcher publishes envelopes of 20 (the workers' --batch)
-	// beside the old dispatcher's single messages; OldRelease's workers read
-	// envelopes too.
-	newArgs = map[string][]string{"dispatcher": {"--envelope-size", "20"}}
+	// None today: the new dispatcher publishes envelopes of its default
+	// size (50, above the workers' --batch) beside the old dispatcher's
+	// single messages; OldRelease's workers read envelopes too.
+	newArgs = map[string][]string{}
 	// A send timeout well above Mailpit's latency on a loaded machine: a
 	// relay that accepted after the worker gave up would be sent twice.
 	workerArgs = []string{"--send-timeout", "5s", "--send-lease", "15s", "--batch", "20", "--concurrency", "2",

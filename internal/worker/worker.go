@@ -51,9 +51,14 @@ type Config struct {
 	Batch int
 	// BatchWait is how long a partial batch waits for more deliveries. Zero value: 10ms.
 	BatchWait time.Duration
-	// Prefetch is the broker's unacked-delivery window, in messages: with
-	// envelopes a worker may hold Prefetch × the envelope size reminders.
-	// Zero value: Concurrency × Batch × 2.
+	// Prefetch is how many reminders the worker holds unacked, about: an
+	// envelope counts its entries. The broker's window counts messages, so
+	// the worker sizes it from what the recent deliveries carried
+	// (prefetch.go): Prefetch messages while they are single messages,
+	// Prefetch / 50 while they are envelopes of 50, never fewer than
+	// 4 × Concurrency messages (so 800 reminders in envelopes of 50 with
+	// the defaults), and up to twice that while the mix shifts. Zero value:
+	// Concurrency × Batch × 2.
 	Prefetch int
 	// SendTimeout bounds one provider call; the reminder's deadline bounds
 	// it too, whichever comes first. Zero value: 30s.
@@ -143,6 +148,9 @@ type Counts struct {
 	// AckFrames counts the acknowledgement frames (acks, nacks, rejects)
 	// sent on consume channels.
 	AckFrames int64
+	// Windows counts the consumers started anew with another prefetch
+	// window (prefetch.go).
+	Windows int64
 }
 
 // Worker consumes one channel.
@@ -168,7 +176,7 @@ type Worker struct {
 	latency latencies
 	counts  struct {
 		delivered, retried, failed, expired, duplicates, superseded, deferred, dead, stale, quarantined atomic.Int64
-		slotsMissed, split, ackFrames                                                                   atomic.Int64
+		slotsMissed, split, ackFrames, windows                                                          atomic.Int64
 	}
 }
 
@@ -254,7 +262,7 @@ func (w *Worker) Counts() Counts {
 		Expired: c.expired.Load(), Duplicates: c.duplicates.Load(), Superseded: c.superseded.Load(),
 		Deferred: c.deferred.Load(), DeadLettered: c.dead.Load(), Stale: c.stale.Load(),
 		Quarantined: c.quarantined.Load(), SlotsMissed: c.slotsMissed.Load(), Split: c.split.Load(),
-		AckFrames: c.ackFrames.Load(),
+		AckFrames: c.ackFrames.Load(), Windows: c.windows.Load(),
 	}
 }
 
@@ -289,6 +297,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
+// consume starts a consumer of the channel's queue on ch whose prefetch
+// window is window messages.
+func (w *Worker) consume(ch *amqp.Channel, window int) (<-chan amqp.Delivery, string, error) {
+	if err := ch.Qos(window, 0, false); err != nil {
+		return nil, "", fmt.Errorf("setting prefetch: %w", err)
+	}
+	queue := w.topo.Queue(string(w.cfg.Channel))
+	tag := fmt.Sprintf("%s-%d", w.cfg.Name, rand.Int64())
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("consuming %s: %w", queue, err)
+	}
+	return deliveries, tag, nil
+}
+
 // session consumes on one connection until it is lost or ctx is canceled.
 func (w *Worker) session(ctx context.Context) error {
 	conn, err := broker.Dial(w.url, w.cfg.Name)
@@ -303,19 +326,17 @@ func (w *Worker) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("opening consume channel: %w", err)
 	}
-	if err := ch.Qos(w.cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("setting prefetch: %w", err)
-	}
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	canceled := ch.NotifyCancel(make(chan string, 1))
-	tag := fmt.Sprintf("%s-%d", w.cfg.Name, rand.Int64())
-	deliveries, err := ch.Consume(w.topo.Queue(string(w.cfg.Channel)), tag, false, false, false, false, nil)
+	pf := newPrefetch(w.cfg.Prefetch, w.cfg.Concurrency, w.cfg.Batch)
+	deliveries, tag, err := w.consume(ch, pf.window)
 	if err != nil {
-		return fmt.Errorf("consuming %s: %w", w.topo.Queue(string(w.cfg.Channel)), err)
+		return err
 	}
 	w.ready.Store(true)
-	w.log.Info().Str("queue", w.topo.Queue(string(w.cfg.Channel))).Int("prefetch", w.cfg.Prefetch).Msg("consuming")
+	w.log.Info().Str("queue", w.topo.Queue(string(w.cfg.Channel))).Int("prefetch", w.cfg.Prefetch).
+		Int("window", pf.window).Msg("consuming")
 
 	// Batches keep running after ctx is canceled (they finish and ack);
 	// work is cut only when the grace period runs out.
@@ -351,6 +372,21 @@ func (w *Worker) session(ctx context.Context) error {
 			cur = make([]amqp.Delivery, 0, w.cfg.Batch) // a batch grows without reallocating
 		}
 	}
+	// take adds a delivery to the batch being gathered, and returns the
+	// prefetch window the consumer should have now (0: its own).
+	take := func(d amqp.Delivery) (window int) {
+		acks.received(&d)
+		cur = append(cur, d)
+		// An envelope (message.Batch) is a batch of its own: up to
+		// message.MaxBatchEntries reminders, so it goes at once.
+		if len(cur) >= w.cfg.Batch || message.IsBatch(d.Body) {
+			flush()
+		} else if len(cur) == 1 {
+			timer.Reset(w.cfg.BatchWait)
+			timerC = timer.C
+		}
+		return pf.observe(message.BatchLen(d.Body))
+	}
 loop:
 	for {
 		select {
@@ -358,16 +394,26 @@ loop:
 			if !ok {
 				break loop
 			}
-			acks.received(&d)
-			cur = append(cur, d)
-			// An envelope (message.Batch) is a batch of its own: up to
-			// message.MaxBatchEntries reminders, so it goes at once.
-			if len(cur) >= w.cfg.Batch || message.IsBatch(d.Body) {
-				flush()
-			} else if len(cur) == 1 {
-				timer.Reset(w.cfg.BatchWait)
-				timerC = timer.C
+			if take(d) == 0 || done == nil {
+				continue
 			}
+			// A new window is a new consumer (prefetch.go). The library
+			// closes the old one's deliveries after cancel-ok, once every
+			// delivery sent to it has been handed over; they stay unacked
+			// on this channel and settle as any other.
+			if err := ch.Cancel(tag, false); err != nil {
+				lost = fmt.Errorf("canceling consumer for a new window: %w", err)
+				break loop
+			}
+			for d := range deliveries {
+				take(d) // the window below follows them too
+			}
+			if deliveries, tag, err = w.consume(ch, pf.window); err != nil {
+				lost = err
+				break loop
+			}
+			w.counts.windows.Add(1)
+			w.log.Debug().Int("window", pf.window).Float64("reminders_per_message", pf.size).Msg("consuming with a new prefetch window")
 		case <-timerC:
 			flush()
 		case <-done:
