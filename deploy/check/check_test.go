@@ -180,7 +180,7 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 			Want: `unknown field "component"`},
 		{Name: "KEDA field misspelt", File: "components/autoscaling/scaledobjects.yaml", Old: "minReplicaCount: 2", New: "minReplicas: 2",
 			Want: `unknown field "minReplicas"`},
-		{Name: "KEDA metadata not a string", File: "components/autoscaling/scaledobjects.yaml", Old: `value: "500"`, New: `value: 500`,
+		{Name: "KEDA metadata not a string", File: "components/autoscaling/scaledobjects.yaml", Old: `value: "10"`, New: `value: 10`,
 			Want: "cannot unmarshal number into Go struct field scaleTriggers.spec.triggers.metadata of type string"},
 		{Name: "ServiceMonitor field misspelt", File: "components/monitoring/servicemonitors.yaml", Old: "  endpoints:", New: "  endpoint:",
 			Want: `unknown field "spec.endpoint"`},

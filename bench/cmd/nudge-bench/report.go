@@ -294,7 +294,7 @@ func report(o options, m machine, r results) error {
 
 	// ------------------------------------------------------------ dispatcher vs raw
 	p("## 2. Dispatcher alone vs raw broker\n\n")
-	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch: rows to `enqueued` under a dispatch lease) + sign + publish with confirms and `mandatory` (%d reminders per message: `--envelope-size`; and, in a row of its own, a message per reminder, the flag's default until every worker is upgraded) + record the batch's publish confirmation (one row per batch); rate = confirmed / run time.\n", thousands(o.nOther), envelopeSize)
+	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch: rows to `enqueued` under a dispatch lease) + sign + publish with confirms and `mandatory` (%d reminders per message: `--envelope-size`; and, in a row of its own, a message per reminder, `--envelope-size 1`) + record the batch's publish confirmation (one row per batch); rate = confirmed / run time.\n", thousands(o.nOther), envelopeSize)
 	p("Raw broker: N persistent 100-byte messages to a quorum queue of its own, publisher confirms in windows of %d; then consumed with manual acks (one `basic.ack` per message, prefetch %d). ", o.window, o.window)
 	p("Then at once, on another quorum queue of its own: a publisher (same messages, same confirm windows) and a consumer (same acks and prefetch, subscribed before the first publish), each over a connection of its own, N messages through (the issue's 17,000 msg/s reference); rate = N / (first publish → last ack).\n\n")
 	p("| measurement | median | min | max |\n|---|---|---|---|\n")
