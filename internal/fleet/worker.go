@@ -143,6 +143,7 @@ func (o *Worker) Run(ctx context.Context, env Env, newSender func() (provider.Se
 		Int64("expired", c.Expired).Int64("duplicates", c.Duplicates).Int64("superseded", c.Superseded).
 		Int64("dead_lettered", c.DeadLettered).Int64("stale", c.Stale).Int64("quarantined", c.Quarantined).
 		Int64("deferred", c.Deferred).Int64("slots_missed", c.SlotsMissed).
+		Int64("prefetch_windows", c.Windows).
 		Msg("worker stopped")
 	return err
 }
