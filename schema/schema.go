@@ -14,11 +14,19 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/nudgehq/nudge/internal/pg"
+	"github.com/nudgehq/nudge/internal/sqlfile"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
+
+//go:embed backfill.sql
+var backfillSQL string
+
+var backfillQueries = sqlfile.Parse("backfill.sql", backfillSQL)
 
 // Migration is one versioned schema change.
 type Migration struct {
@@ -70,6 +78,11 @@ func Migrate(ctx context.Context, db pg.Beginner) ([]int, error) {
 	}
 	var applied []int
 	for _, m := range migs {
+		if pre, ok := preSteps[m.Version]; ok {
+			if err := runPreStep(ctx, db, m, pre); err != nil {
+				return applied, err
+			}
+		}
 		did, err := apply(ctx, db, m)
 		if err != nil {
 			return applied, err
@@ -79,6 +92,64 @@ func Migrate(ctx context.Context, db pg.Beginner) ([]int, error) {
 		}
 	}
 	return applied, nil
+}
+
+// preStep is work a migration needs done first that must not run inside one
+// transaction: copying every row of a large table would hold its locks,
+// and make the running fleet's writes wait, for the whole copy. It runs in
+// batches, each its own transaction, before its migration is applied, and
+// is idempotent, so a Migrate that stopped half way resumes it; the
+// migration itself then checks the result.
+type preStep func(ctx context.Context, db pg.Beginner) error
+
+// preSteps maps a migration version to the step that runs before it.
+var preSteps = map[int]preStep{
+	33: backfillState,
+}
+
+func runPreStep(ctx context.Context, db pg.Beginner, m Migration, pre preStep) error {
+	done, err := applied(ctx, db, m.Version)
+	if err != nil || done {
+		return err
+	}
+	if err := pre(ctx, db); err != nil {
+		return fmt.Errorf("before migration %04d_%s: %w", m.Version, m.Name, err)
+	}
+	return nil
+}
+
+// applied reports whether version is recorded (false when nothing is yet).
+func applied(ctx context.Context, db pg.Beginner, version int) (bool, error) {
+	var done bool
+	err := db.QueryRow(ctx, `SELECT to_regclass('nudge_migrations') IS NOT NULL
+		AND EXISTS (SELECT 1 FROM nudge_migrations WHERE version = $1)`, version).Scan(&done)
+	if err != nil {
+		return false, fmt.Errorf("migration %04d: reading applied versions: %w", version, err)
+	}
+	return done, nil
+}
+
+// backfillBatch bounds each backfill transaction: ~10,000 rows hold the
+// running fleet's writes to those rows for a fraction of a second.
+const backfillBatch = 10000
+
+// backfillState copies into reminder_state the reminders that predate
+// migration 0032, batch by batch in id order.
+func backfillState(ctx context.Context, db pg.Beginner) error {
+	stmt := backfillQueries.Get("BackfillState")
+	after := int64(0)
+	for {
+		// One statement, so one transaction per batch.
+		var last *int64
+		err := db.QueryRow(ctx, stmt, pgx.NamedArgs{"after": after, "size": backfillBatch}).Scan(&last)
+		if err != nil {
+			return fmt.Errorf("backfilling reminder_state after id %d: %w", after, err)
+		}
+		if last == nil {
+			return nil
+		}
+		after = *last
+	}
 }
 
 func apply(ctx context.Context, db pg.Beginner, m Migration) (bool, error) {

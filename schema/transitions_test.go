@@ -417,7 +417,7 @@ func variants() []variant {
 func newFixture(t *testing.T, db *testenv.DB) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `TRUNCATE reminders, reminder_events, delivery_attempts, publish_confirms`)
+	_, err := db.Pool.Exec(ctx, `TRUNCATE reminders, reminder_state, reminder_events, delivery_attempts, publish_confirms`)
 	require.NoError(t, err)
 	f := &fixture{db: db, st: store.New(db.Pool)}
 	var (
@@ -704,8 +704,21 @@ func TestEveryWriterMakesOnlyAllowedTransitions(t *testing.T) {
 	}
 }
 
-// writesReminders matches SQL that changes rows of reminders.
-var writesReminders = regexp.MustCompile(`(?i)\b(update|insert\s+into|delete\s+from)\s+reminders\b`)
+// writesReminders matches SQL that changes rows of reminders or of their
+// state rows (reminder_state, schema version 32).
+var writesReminders = regexp.MustCompile(`(?i)\b(update|insert\s+into|delete\s+from)\s+(reminders|reminder_state)\b`)
+
+// copiesState are the statements that write reminders or reminder_state
+// only to copy one table's state columns to the other (the mirror triggers
+// of migration 32 and the backfill before 33): they make no transition of
+// their own, the statement that fired them does, and that statement is
+// checked. schema/state_mirror_test.go checks the copies.
+var copiesState = map[string]bool{
+	migrationsFile + ": nudge_state_mirror_inserted": true,
+	migrationsFile + ": nudge_state_mirror_updated":  true,
+	migrationsFile + ": nudge_state_mirror_back":     true,
+	"schema/backfill.sql: BackfillState":             true,
+}
 
 // createFunction finds SQL function definitions in a migration.
 var createFunction = regexp.MustCompile(`(?is)CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(.*?\$\$(.*?)\$\$`)
@@ -744,8 +757,9 @@ func writingStatements(t *testing.T) (found []string, problems []string) {
 			rest := text
 			for _, m := range createFunction.FindAllStringSubmatch(text, -1) {
 				rest = strings.Replace(rest, m[0], "", 1)
-				if writesReminders.MatchString(m[2]) {
-					found = append(found, migrationsFile+": "+strings.TrimSuffix(m[1], "_unchecked"))
+				name := migrationsFile + ": " + strings.TrimSuffix(m[1], "_unchecked")
+				if writesReminders.MatchString(m[2]) && !copiesState[name] {
+					found = append(found, name)
 				}
 			}
 			if writesReminders.MatchString(stripComments(rest)) {
@@ -755,7 +769,7 @@ func writingStatements(t *testing.T) (found []string, problems []string) {
 		case strings.HasSuffix(rel, ".sql"):
 			qs := sqlfile.Parse(rel, text)
 			for _, name := range qs.Names() {
-				if writesReminders.MatchString(qs.Get(name)) {
+				if writesReminders.MatchString(qs.Get(name)) && !copiesState[rel+": "+name] {
 					found = append(found, rel+": "+name)
 				}
 			}

@@ -1,0 +1,27 @@
+-- Backfills that schema.Migrate runs outside a migration's transaction,
+-- before the migration that checks them (see preSteps in schema.go).
+
+-- name: BackfillState
+-- Copies the state columns of up to @size reminders with ids above @after
+-- that have no reminder_state row (rows that predate migration 0032; the
+-- forward trigger copies every later one), and returns the last id looked
+-- at, NULL when none was left. ON CONFLICT: a row the trigger copied first
+-- keeps that newer copy.
+WITH batch AS (
+    SELECT id FROM reminders WHERE id > @after ORDER BY id LIMIT @size
+), copied AS (
+    INSERT INTO reminder_state (id, tenant, channel, state, fence, due_at, deadline, lease_until, attempts,
+                                republishes, next_attempt_at, enqueued_at, dispatch_batch, updated_at, finished_at,
+                                purged_at, requested_due_at, claimed_at, claimed_fence, claimed_by, started_at,
+                                started_fence, started_by, delivered_by, reason, last_error, tz, window_open,
+                                window_close, window_days)
+    SELECT r.id, r.tenant, r.channel, r.state, r.fence, r.due_at, r.deadline, r.lease_until, r.attempts,
+           r.republishes, r.next_attempt_at, r.enqueued_at, r.dispatch_batch, r.updated_at, r.finished_at,
+           r.purged_at, r.requested_due_at, r.claimed_at, r.claimed_fence, r.claimed_by, r.started_at,
+           r.started_fence, r.started_by, r.delivered_by, r.reason, r.last_error, r.tz, r.window_open,
+           r.window_close, r.window_days
+      FROM reminders r JOIN batch USING (id)
+     ORDER BY r.id
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT max(id) FROM batch;
