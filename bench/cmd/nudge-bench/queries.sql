@@ -156,19 +156,21 @@ SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
 
 -- name: ScaleUniqueConstraints
 -- The unique constraints of reminders (their indexes are built after the load).
-SELECT conname, pg_get_constraintdef(oid), NULL::text
+SELECT conname, pg_get_constraintdef(oid), NULL::text, 'reminders'
   FROM pg_constraint WHERE conrelid = 'reminders'::regclass AND contype = 'u'
  ORDER BY conname;
 
 -- name: ScaleSecondaryIndexes
--- The other indexes of reminders except the primary key (kept: the identity
--- appends to it cheaply, and delivery_attempts references it), with the
--- predicate of a partial one.
-SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid)
+-- The other indexes of reminders and of its state rows (reminder_state,
+-- schema version 32) except the primary keys (kept: the identity appends to
+-- them cheaply, and other tables reference them), with the predicate of a
+-- partial one and the table it indexes.
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid),
+       i.indrelid::regclass::text
   FROM pg_index i
- WHERE i.indrelid = 'reminders'::regclass AND NOT i.indisprimary
+ WHERE i.indrelid IN ('reminders'::regclass, 'reminder_state'::regclass) AND NOT i.indisprimary
    AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
- ORDER BY 1;
+ ORDER BY 4, 1;
 
 -- name: ScaleShape
 -- What the built table holds: rows, pending rows due by @now, and its size

@@ -261,7 +261,8 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 	if err != nil {
 		return 0, 0, err
 	}
-	setup := []string{"ALTER TABLE reminders SET (autovacuum_enabled = false)"}
+	setup := []string{"ALTER TABLE reminders SET (autovacuum_enabled = false)",
+		"ALTER TABLE reminder_state SET (autovacuum_enabled = false)"}
 	for _, d := range deferred {
 		setup = append(setup, d.drop)
 	}
@@ -299,7 +300,7 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 		for _, d := range deferred {
 			empty := false
 			if d.where != "" {
-				if err := pool.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM reminders WHERE "+d.where+")").Scan(&empty); err != nil {
+				if err := pool.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+d.table+" WHERE "+d.where+")").Scan(&empty); err != nil {
 					return 0, 0, fmt.Errorf("scale: is %q empty: %w", d.where, err)
 				}
 			}
@@ -338,7 +339,7 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 	if err := inParallel(ctx, pool, 2, builds, "SET maintenance_work_mem = '1GB'"); err != nil {
 		return load, 0, err
 	}
-	if _, err := pool.Exec(ctx, "ANALYZE reminders"); err != nil {
+	if _, err := pool.Exec(ctx, "ANALYZE reminders, reminder_state"); err != nil {
 		return load, 0, fmt.Errorf("scale: analyzing: %w", err)
 	}
 	// Best effort: CHECKPOINT needs a superuser or pg_checkpoint.
@@ -352,19 +353,20 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 	return load, time.Since(started), nil
 }
 
-// deferredIndex is a unique constraint or secondary index of reminders
-// that the load drops and rebuilds: drop and build are its statements,
-// where the predicate of a partial index ("" otherwise).
+// deferredIndex is a unique constraint or secondary index of reminders or
+// reminder_state that the load drops and rebuilds: drop and build are its
+// statements, where the predicate of a partial index ("" otherwise), table
+// the table it indexes.
 type deferredIndex struct {
-	drop, build, where string
+	drop, build, where, table string
 }
 
 // scaleDeferredIndexes returns the unique constraints and secondary
-// indexes of reminders.
+// indexes of reminders and reminder_state.
 func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) ([]deferredIndex, error) {
 	type def struct {
-		name, def string
-		where     *string
+		name, def, table string
+		where            *string
 	}
 	list := func(query string) ([]def, error) {
 		rows, err := pool.Query(ctx, stmt(query))
@@ -373,7 +375,7 @@ func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) ([]deferredIn
 		}
 		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (def, error) {
 			var d def
-			err := r.Scan(&d.name, &d.def, &d.where)
+			err := r.Scan(&d.name, &d.def, &d.where, &d.table)
 			return d, err
 		})
 		if err != nil {
@@ -388,14 +390,14 @@ func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) ([]deferredIn
 	var out []deferredIndex
 	for _, c := range cons {
 		id := pgx.Identifier{c.name}.Sanitize()
-		out = append(out, deferredIndex{drop: "ALTER TABLE reminders DROP CONSTRAINT " + id, build: "ALTER TABLE reminders ADD CONSTRAINT " + id + " " + c.def})
+		out = append(out, deferredIndex{drop: "ALTER TABLE reminders DROP CONSTRAINT " + id, build: "ALTER TABLE reminders ADD CONSTRAINT " + id + " " + c.def, table: c.table})
 	}
 	idx, err := list("ScaleSecondaryIndexes")
 	if err != nil {
 		return nil, err
 	}
 	for _, d := range idx {
-		x := deferredIndex{drop: "DROP INDEX " + d.name, build: d.def} // regclass text: quoted where needed
+		x := deferredIndex{drop: "DROP INDEX " + d.name, build: d.def, table: d.table} // regclass text: quoted where needed
 		if d.where != nil {
 			x.where = *d.where
 		}
