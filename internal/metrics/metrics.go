@@ -89,6 +89,8 @@ type Metrics struct {
 	reconcile    *prometheus.HistogramVec
 	reconcileAt  prometheus.Gauge
 	retention    *prometheus.CounterVec
+	windows      *prometheus.CounterVec
+	window       *prometheus.GaugeVec
 
 	reasons reasonGuard
 }
@@ -143,10 +145,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "nudge_retention_removed_total",
 			Help: "Rows the retention pass removed or emptied, by kind (payloads, attempts, reminders, events, audit, dispatch_runs).",
 		}, []string{"kind"}),
+		windows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nudge_prefetch_windows_total",
+			Help: "Consumers a worker started anew with another prefetch window, as what its deliveries carried changed (single messages, envelopes), by channel.",
+		}, []string{"channel"}),
+		window: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nudge_prefetch_window_messages",
+			Help: "The prefetch window of a worker's consumer now, in broker messages (an envelope is one), by channel.",
+		}, []string{"channel"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.hop, m.outcomes, m.retries, m.leases, m.duplicates, m.misses, m.deferrals,
-			m.deadLettered, m.reconcile, m.reconcileAt, m.retention)
+			m.deadLettered, m.reconcile, m.reconcileAt, m.retention, m.windows, m.window)
 	}
 	return m
 }
@@ -183,8 +193,10 @@ func NewFor(reg prometheus.Registerer, c Component, channels ...string) *Metrics
 			m.outcomes.WithLabelValues(ch, "expired", "deadline_before_dispatch")
 		}
 	case Worker:
-		families = []prometheus.Collector{m.hop, m.outcomes, m.misses, m.retries, m.duplicates, m.deferrals, m.deadLettered}
+		families = []prometheus.Collector{m.hop, m.outcomes, m.misses, m.retries, m.duplicates, m.deferrals, m.deadLettered,
+			m.windows, m.window}
 		for _, ch := range channels {
+			m.windows.WithLabelValues(ch)
 			m.hop.WithLabelValues(HopEnqueueToStart, ch, "")
 			for _, o := range HopOutcomes {
 				m.hop.WithLabelValues(HopStartToTerminal, ch, o)
@@ -339,6 +351,20 @@ func (m *Metrics) Retention(kind string, n int64) {
 		return
 	}
 	m.retention.WithLabelValues(kind).Add(float64(n))
+}
+
+// PrefetchWindow records the prefetch window, in messages, of the consumer
+// a worker of channel started; renewed says it replaced one with another
+// window (counted in nudge_prefetch_windows_total), rather than being the
+// first of a broker session.
+func (m *Metrics) PrefetchWindow(channel string, window int, renewed bool) {
+	if m == nil {
+		return
+	}
+	m.window.WithLabelValues(channel).Set(float64(window))
+	if renewed {
+		m.windows.WithLabelValues(channel).Inc()
+	}
 }
 
 // Reason turns a free-text reason into a bounded label value. When the

@@ -60,6 +60,9 @@ func TestHelpersRecordOnTheirOwnRegistry(t *testing.T) {
 	m.ReconcilePass(time.Second, errors.New("db down"), time.Unix(1700000100, 0))
 	m.DeadlineMiss("", 4)
 	m.Retention("reminders", 10)
+	m.PrefetchWindow("sms", 16, false) // a session's first consumer
+	m.PrefetchWindow("sms", 32, true)  // a new window
+	m.PrefetchWindow("email", 400, false)
 
 	vs := values(t, reg)
 	for k, want := range map[string]float64{
@@ -79,11 +82,15 @@ func TestHelpersRecordOnTheirOwnRegistry(t *testing.T) {
 		`nudge_reconcile_pass_duration_seconds_count{result="error"}`:                                             1,
 		`nudge_reconcile_last_success_timestamp_seconds`:                                                          1700000000, // the failed pass did not move it
 		`nudge_retention_removed_total{kind="reminders"}`:                                                         10,
+		`nudge_prefetch_windows_total{channel="sms"}`:                                                             1,
+		`nudge_prefetch_window_messages{channel="sms"}`:                                                           32,
+		`nudge_prefetch_window_messages{channel="email"}`:                                                         400,
 	} {
 		require.Contains(t, vs, k)
 		require.Equal(t, want, vs[k], k)
 	}
 	require.Equal(t, 2, series(vs, "nudge_hop_latency_seconds_count"), "a hop with an unknown start is not observed")
+	require.Equal(t, 1, series(vs, "nudge_prefetch_windows_total"), "a session's first consumer is not counted")
 }
 
 // A process without metrics calls the same helpers on a nil *Metrics.
@@ -103,6 +110,7 @@ func TestNilMetricsAreANoop(t *testing.T) {
 	m.ReconcilePass(time.Second, nil, time.Now())
 	m.DeadlineMiss("email", 1)
 	m.Retention("events", 1)
+	m.PrefetchWindow("email", 16, true)
 }
 
 func TestReasonIsBounded(t *testing.T) {
@@ -288,14 +296,17 @@ func TestEachComponentExportsWhatItSetsFromTheStart(t *testing.T) {
 				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="failed"}`,
 				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="expired"}`,
 				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="retrying"}`,
-				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="quarantined"}`},
+				`nudge_hop_latency_seconds_count{channel="sms",hop="start_to_terminal",outcome="quarantined"}`,
+				`nudge_prefetch_windows_total{channel="sms"}`},
 			absent: []string{"nudge_reconcile_last_success_timestamp_seconds", "nudge_lease_expirations_total",
+				"nudge_prefetch_window_messages", // set by the first consumer, not before
 				`nudge_deadline_misses_total{channel="email"}`}},
 		{c: metrics.Reconciler, channels: []string{"email", "sms"},
 			want: []string{"nudge_reconcile_last_success_timestamp_seconds", `nudge_lease_expirations_total{lease="send"}`,
 				`nudge_lease_expirations_total{lease="dispatch"}`, `nudge_deadline_misses_total{channel="email"}`,
 				`nudge_outcomes_total{channel="sms",outcome="expired",reason="deadline_passed"}`},
-			absent: []string{"nudge_hop_latency_seconds_count", "nudge_retries_total", `nudge_deadline_misses_total{channel=""}`}},
+			absent: []string{"nudge_hop_latency_seconds_count", "nudge_retries_total", `nudge_deadline_misses_total{channel=""}`,
+				"nudge_prefetch_windows_total", "nudge_prefetch_window_messages"}},
 		{c: metrics.Dispatcher, channels: []string{"email", "sms"},
 			want: []string{`nudge_hop_latency_seconds_count{channel="email",hop="due_to_claim",outcome=""}`,
 				`nudge_hop_latency_seconds_count{channel="sms",hop="claim_to_enqueue",outcome=""}`, `nudge_deadline_misses_total{channel="sms"}`},

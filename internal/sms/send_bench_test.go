@@ -1,10 +1,14 @@
 package sms_test
 
 import (
+	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/provider"
 )
 
@@ -23,7 +27,11 @@ func benchMessage(i int) provider.Message {
 //
 //	go test ./internal/sms -run '^$' -bench '^Benchmark(Render|Send)$' -benchmem -count 6
 func BenchmarkSend(b *testing.B) {
-	c := setup(b).client(b, 0)
+	sendLoop(b, setup(b).client(b, 0))
+}
+
+// sendLoop sends benchMessage(1), (2), … with c for as long as b runs.
+func sendLoop(b *testing.B, c provider.Sender) {
 	i := 0
 	b.ReportAllocs()
 	for b.Loop() {
@@ -32,4 +40,32 @@ func BenchmarkSend(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkTwilioSend is BenchmarkSend through the Twilio adapter: one
+// create (basic auth, a form body) at the fake's Twilio routes over
+// loopback ("fake"), and answered in memory by a transport that reads the
+// request and returns a canned 201 ("in-memory": the client's own cost,
+// without the fake's and the network's).
+//
+//	go test ./internal/sms -run '^$' -bench '^BenchmarkTwilioSend$' -benchmem -count 6
+func BenchmarkTwilioSend(b *testing.B) {
+	b.Run("fake", func(b *testing.B) {
+		sendLoop(b, setup(b, fakesms.WithTwilioAccount(testAccount, testToken)).twilio(b, 0, nil))
+	})
+	b.Run("in-memory", func(b *testing.B) {
+		sendLoop(b, (&bundle{url: "http://twilio.invalid", http: &http.Client{Transport: created{}}}).twilio(b, 0, nil))
+	})
+}
+
+// created answers every request 201 with a message SID, after reading its body.
+type created struct{}
+
+func (created) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	return &http.Response{StatusCode: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(`{"sid":"SM123","status":"queued"}`)), Request: r}, nil
 }

@@ -42,7 +42,7 @@ func adapters() []adapter {
 	}
 }
 
-func (b *bundle) twilio(t *testing.T, timeout time.Duration, edit func(*sms.TwilioConfig)) *sms.TwilioClient {
+func (b *bundle) twilio(t testing.TB, timeout time.Duration, edit func(*sms.TwilioConfig)) *sms.TwilioClient {
 	t.Helper()
 	cfg := sms.TwilioConfig{URL: b.url, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006",
 		Timeout: timeout, HTTPClient: b.http}

@@ -83,8 +83,8 @@ func prepare(root *parse.ListNode, date DateFunc) *Tree {
 // not, b holds part of an output and the caller resets it and executes the
 // template.
 func (t *Tree) Execute(b *bytes.Buffer, data map[string]any) bool {
-	if t == nil {
-		return false
+	if t == nil || t.root == nil {
+		return false // a zero Tree knows no template: rendering nothing would lose its text
 	}
 	r := render{out: b, date: t.date}
 	return r.list(t.root, data)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/message"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/reconcile"
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -179,9 +180,15 @@ func TestEnvelopeEntriesEndAsTheyWouldAloneLive(t *testing.T) {
 // when the test ends.
 func (b *bundle) startWorker(t *testing.T, sender provider.Sender) *worker.Worker {
 	t.Helper()
+	return b.startWorkerWith(t, sender, nil)
+}
+
+// startWorkerWith is startWorker recording its metrics in m (nil: none).
+func (b *bundle) startWorkerWith(t *testing.T, sender provider.Sender, m *metrics.Metrics) *worker.Worker {
+	t.Helper()
 	w, err := worker.New(worker.Config{Channel: reminder.SMS, BackoffBase: 100 * time.Millisecond}, worker.Deps{
 		AMQPURL: b.mq.URL, Topology: b.mq.Topology, Store: b.st, Sender: sender, Keys: b.keys, Clock: b.clock, Log: b.log,
-		Rand: func() float64 { return 0.5 }})
+		Rand: func() float64 { return 0.5 }, Metrics: m})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

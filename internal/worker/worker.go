@@ -335,6 +335,7 @@ func (w *Worker) session(ctx context.Context) error {
 		return err
 	}
 	w.ready.Store(true)
+	w.m.PrefetchWindow(string(w.cfg.Channel), pf.window, false)
 	w.log.Info().Str("queue", w.topo.Queue(string(w.cfg.Channel))).Int("prefetch", w.cfg.Prefetch).
 		Int("window", pf.window).Msg("consuming")
 
@@ -413,6 +414,7 @@ loop:
 				break loop
 			}
 			w.counts.windows.Add(1)
+			w.m.PrefetchWindow(string(w.cfg.Channel), pf.window, true)
 			w.log.Debug().Int("window", pf.window).Float64("reminders_per_message", pf.size).Msg("consuming with a new prefetch window")
 		case <-timerC:
 			flush()
