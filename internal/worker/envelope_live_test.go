@@ -53,7 +53,8 @@ func TestEnvelopesAndSingleMessagesSideBySide(t *testing.T) {
 	for i := range 3 {
 		ids = append(ids, b.schedule(t, "single-"+strconv.Itoa(i), time.Hour))
 	}
-	b.dispatch(t) // three single messages
+	b.disp.Config.EnvelopeSize = 1 // the dispatcher's default is 50
+	b.dispatch(t)                  // three single messages
 	for i := range 120 {
 		ids = append(ids, b.schedule(t, "env-"+strconv.Itoa(i), time.Hour))
 	}
