@@ -14,7 +14,10 @@
 --   reminders       -> reminder_state  on INSERT and UPDATE (forward)
 --   reminder_state  -> reminders       on UPDATE (reverse)
 -- A mirror's own write is not mirrored back (pg_trigger_depth() > 1), and
--- a row whose hot columns already match is not rewritten. Each trigger is
+-- an update copies only the state columns it changed, of the rows where it
+-- changed one: a statement that writes the payload of reminders and the
+-- state of reminder_state together keeps both, and one that writes only
+-- the payload rewrites no state row. Each trigger is
 -- a statement trigger over its transition table: one statement per batch,
 -- not one per row.
 --
@@ -127,6 +130,14 @@ BEGIN
     LOOP
         EXECUTE format('GRANT %s (%s) ON reminder_state TO %s', g.privilege_type, g.cols, g.grantee);
     END LOOP;
+    -- reminders.id is an identity column, so no role inserts it there; a
+    -- role that inserts reminders inserts their state rows with that id.
+    FOR g IN SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee
+               FROM pg_attribute att, aclexplode(att.attacl) AS a
+              WHERE att.attrelid = 'reminders'::regclass AND att.attnum > 0 AND a.privilege_type = 'INSERT'
+    LOOP
+        EXECUTE format('GRANT INSERT (id) ON reminder_state TO %s', g.grantee);
+    END LOOP;
 END $$;
 
 -- The mirror. Column lists are spelled out in full in each function, in
@@ -159,22 +170,40 @@ BEGIN
         RETURN NULL;
     END IF;
     UPDATE reminder_state s
-       SET state = n.state, fence = n.fence, due_at = n.due_at, deadline = n.deadline,
-           lease_until = n.lease_until, attempts = n.attempts, republishes = n.republishes,
-           next_attempt_at = n.next_attempt_at, enqueued_at = n.enqueued_at, dispatch_batch = n.dispatch_batch,
-           updated_at = n.updated_at, finished_at = n.finished_at, purged_at = n.purged_at,
-           requested_due_at = n.requested_due_at, claimed_at = n.claimed_at, claimed_fence = n.claimed_fence,
-           claimed_by = n.claimed_by, started_at = n.started_at, started_fence = n.started_fence,
-           started_by = n.started_by, delivered_by = n.delivered_by, reason = n.reason,
-           last_error = n.last_error, tz = n.tz, window_open = n.window_open, window_close = n.window_close,
-           window_days = n.window_days
-      FROM changed n
+       SET state = CASE WHEN o.state IS DISTINCT FROM n.state THEN n.state ELSE s.state END,
+           fence = CASE WHEN o.fence IS DISTINCT FROM n.fence THEN n.fence ELSE s.fence END,
+           due_at = CASE WHEN o.due_at IS DISTINCT FROM n.due_at THEN n.due_at ELSE s.due_at END,
+           deadline = CASE WHEN o.deadline IS DISTINCT FROM n.deadline THEN n.deadline ELSE s.deadline END,
+           lease_until = CASE WHEN o.lease_until IS DISTINCT FROM n.lease_until THEN n.lease_until ELSE s.lease_until END,
+           attempts = CASE WHEN o.attempts IS DISTINCT FROM n.attempts THEN n.attempts ELSE s.attempts END,
+           republishes = CASE WHEN o.republishes IS DISTINCT FROM n.republishes THEN n.republishes ELSE s.republishes END,
+           next_attempt_at = CASE WHEN o.next_attempt_at IS DISTINCT FROM n.next_attempt_at THEN n.next_attempt_at ELSE s.next_attempt_at END,
+           enqueued_at = CASE WHEN o.enqueued_at IS DISTINCT FROM n.enqueued_at THEN n.enqueued_at ELSE s.enqueued_at END,
+           dispatch_batch = CASE WHEN o.dispatch_batch IS DISTINCT FROM n.dispatch_batch THEN n.dispatch_batch ELSE s.dispatch_batch END,
+           updated_at = CASE WHEN o.updated_at IS DISTINCT FROM n.updated_at THEN n.updated_at ELSE s.updated_at END,
+           finished_at = CASE WHEN o.finished_at IS DISTINCT FROM n.finished_at THEN n.finished_at ELSE s.finished_at END,
+           purged_at = CASE WHEN o.purged_at IS DISTINCT FROM n.purged_at THEN n.purged_at ELSE s.purged_at END,
+           requested_due_at = CASE WHEN o.requested_due_at IS DISTINCT FROM n.requested_due_at THEN n.requested_due_at ELSE s.requested_due_at END,
+           claimed_at = CASE WHEN o.claimed_at IS DISTINCT FROM n.claimed_at THEN n.claimed_at ELSE s.claimed_at END,
+           claimed_fence = CASE WHEN o.claimed_fence IS DISTINCT FROM n.claimed_fence THEN n.claimed_fence ELSE s.claimed_fence END,
+           claimed_by = CASE WHEN o.claimed_by IS DISTINCT FROM n.claimed_by THEN n.claimed_by ELSE s.claimed_by END,
+           started_at = CASE WHEN o.started_at IS DISTINCT FROM n.started_at THEN n.started_at ELSE s.started_at END,
+           started_fence = CASE WHEN o.started_fence IS DISTINCT FROM n.started_fence THEN n.started_fence ELSE s.started_fence END,
+           started_by = CASE WHEN o.started_by IS DISTINCT FROM n.started_by THEN n.started_by ELSE s.started_by END,
+           delivered_by = CASE WHEN o.delivered_by IS DISTINCT FROM n.delivered_by THEN n.delivered_by ELSE s.delivered_by END,
+           reason = CASE WHEN o.reason IS DISTINCT FROM n.reason THEN n.reason ELSE s.reason END,
+           last_error = CASE WHEN o.last_error IS DISTINCT FROM n.last_error THEN n.last_error ELSE s.last_error END,
+           tz = CASE WHEN o.tz IS DISTINCT FROM n.tz THEN n.tz ELSE s.tz END,
+           window_open = CASE WHEN o.window_open IS DISTINCT FROM n.window_open THEN n.window_open ELSE s.window_open END,
+           window_close = CASE WHEN o.window_close IS DISTINCT FROM n.window_close THEN n.window_close ELSE s.window_close END,
+           window_days = CASE WHEN o.window_days IS DISTINCT FROM n.window_days THEN n.window_days ELSE s.window_days END
+      FROM changed n JOIN previous o ON o.id = n.id
      WHERE s.id = n.id
-       AND (s.state, s.fence, s.due_at, s.deadline, s.lease_until, s.attempts, s.republishes,
-            s.next_attempt_at, s.enqueued_at, s.dispatch_batch, s.updated_at, s.finished_at, s.purged_at,
-            s.requested_due_at, s.claimed_at, s.claimed_fence, s.claimed_by, s.started_at, s.started_fence,
-            s.started_by, s.delivered_by, s.reason, s.last_error, s.tz, s.window_open, s.window_close,
-            s.window_days)
+       AND (o.state, o.fence, o.due_at, o.deadline, o.lease_until, o.attempts, o.republishes,
+            o.next_attempt_at, o.enqueued_at, o.dispatch_batch, o.updated_at, o.finished_at, o.purged_at,
+            o.requested_due_at, o.claimed_at, o.claimed_fence, o.claimed_by, o.started_at, o.started_fence,
+            o.started_by, o.delivered_by, o.reason, o.last_error, o.tz, o.window_open, o.window_close,
+            o.window_days)
            IS DISTINCT FROM
            (n.state, n.fence, n.due_at, n.deadline, n.lease_until, n.attempts, n.republishes,
             n.next_attempt_at, n.enqueued_at, n.dispatch_batch, n.updated_at, n.finished_at, n.purged_at,
@@ -191,22 +220,40 @@ BEGIN
         RETURN NULL;
     END IF;
     UPDATE reminders r
-       SET state = n.state, fence = n.fence, due_at = n.due_at, deadline = n.deadline,
-           lease_until = n.lease_until, attempts = n.attempts, republishes = n.republishes,
-           next_attempt_at = n.next_attempt_at, enqueued_at = n.enqueued_at, dispatch_batch = n.dispatch_batch,
-           updated_at = n.updated_at, finished_at = n.finished_at, purged_at = n.purged_at,
-           requested_due_at = n.requested_due_at, claimed_at = n.claimed_at, claimed_fence = n.claimed_fence,
-           claimed_by = n.claimed_by, started_at = n.started_at, started_fence = n.started_fence,
-           started_by = n.started_by, delivered_by = n.delivered_by, reason = n.reason,
-           last_error = n.last_error, tz = n.tz, window_open = n.window_open, window_close = n.window_close,
-           window_days = n.window_days
-      FROM changed n
+       SET state = CASE WHEN o.state IS DISTINCT FROM n.state THEN n.state ELSE r.state END,
+           fence = CASE WHEN o.fence IS DISTINCT FROM n.fence THEN n.fence ELSE r.fence END,
+           due_at = CASE WHEN o.due_at IS DISTINCT FROM n.due_at THEN n.due_at ELSE r.due_at END,
+           deadline = CASE WHEN o.deadline IS DISTINCT FROM n.deadline THEN n.deadline ELSE r.deadline END,
+           lease_until = CASE WHEN o.lease_until IS DISTINCT FROM n.lease_until THEN n.lease_until ELSE r.lease_until END,
+           attempts = CASE WHEN o.attempts IS DISTINCT FROM n.attempts THEN n.attempts ELSE r.attempts END,
+           republishes = CASE WHEN o.republishes IS DISTINCT FROM n.republishes THEN n.republishes ELSE r.republishes END,
+           next_attempt_at = CASE WHEN o.next_attempt_at IS DISTINCT FROM n.next_attempt_at THEN n.next_attempt_at ELSE r.next_attempt_at END,
+           enqueued_at = CASE WHEN o.enqueued_at IS DISTINCT FROM n.enqueued_at THEN n.enqueued_at ELSE r.enqueued_at END,
+           dispatch_batch = CASE WHEN o.dispatch_batch IS DISTINCT FROM n.dispatch_batch THEN n.dispatch_batch ELSE r.dispatch_batch END,
+           updated_at = CASE WHEN o.updated_at IS DISTINCT FROM n.updated_at THEN n.updated_at ELSE r.updated_at END,
+           finished_at = CASE WHEN o.finished_at IS DISTINCT FROM n.finished_at THEN n.finished_at ELSE r.finished_at END,
+           purged_at = CASE WHEN o.purged_at IS DISTINCT FROM n.purged_at THEN n.purged_at ELSE r.purged_at END,
+           requested_due_at = CASE WHEN o.requested_due_at IS DISTINCT FROM n.requested_due_at THEN n.requested_due_at ELSE r.requested_due_at END,
+           claimed_at = CASE WHEN o.claimed_at IS DISTINCT FROM n.claimed_at THEN n.claimed_at ELSE r.claimed_at END,
+           claimed_fence = CASE WHEN o.claimed_fence IS DISTINCT FROM n.claimed_fence THEN n.claimed_fence ELSE r.claimed_fence END,
+           claimed_by = CASE WHEN o.claimed_by IS DISTINCT FROM n.claimed_by THEN n.claimed_by ELSE r.claimed_by END,
+           started_at = CASE WHEN o.started_at IS DISTINCT FROM n.started_at THEN n.started_at ELSE r.started_at END,
+           started_fence = CASE WHEN o.started_fence IS DISTINCT FROM n.started_fence THEN n.started_fence ELSE r.started_fence END,
+           started_by = CASE WHEN o.started_by IS DISTINCT FROM n.started_by THEN n.started_by ELSE r.started_by END,
+           delivered_by = CASE WHEN o.delivered_by IS DISTINCT FROM n.delivered_by THEN n.delivered_by ELSE r.delivered_by END,
+           reason = CASE WHEN o.reason IS DISTINCT FROM n.reason THEN n.reason ELSE r.reason END,
+           last_error = CASE WHEN o.last_error IS DISTINCT FROM n.last_error THEN n.last_error ELSE r.last_error END,
+           tz = CASE WHEN o.tz IS DISTINCT FROM n.tz THEN n.tz ELSE r.tz END,
+           window_open = CASE WHEN o.window_open IS DISTINCT FROM n.window_open THEN n.window_open ELSE r.window_open END,
+           window_close = CASE WHEN o.window_close IS DISTINCT FROM n.window_close THEN n.window_close ELSE r.window_close END,
+           window_days = CASE WHEN o.window_days IS DISTINCT FROM n.window_days THEN n.window_days ELSE r.window_days END
+      FROM changed n JOIN previous o ON o.id = n.id
      WHERE r.id = n.id
-       AND (r.state, r.fence, r.due_at, r.deadline, r.lease_until, r.attempts, r.republishes,
-            r.next_attempt_at, r.enqueued_at, r.dispatch_batch, r.updated_at, r.finished_at, r.purged_at,
-            r.requested_due_at, r.claimed_at, r.claimed_fence, r.claimed_by, r.started_at, r.started_fence,
-            r.started_by, r.delivered_by, r.reason, r.last_error, r.tz, r.window_open, r.window_close,
-            r.window_days)
+       AND (o.state, o.fence, o.due_at, o.deadline, o.lease_until, o.attempts, o.republishes,
+            o.next_attempt_at, o.enqueued_at, o.dispatch_batch, o.updated_at, o.finished_at, o.purged_at,
+            o.requested_due_at, o.claimed_at, o.claimed_fence, o.claimed_by, o.started_at, o.started_fence,
+            o.started_by, o.delivered_by, o.reason, o.last_error, o.tz, o.window_open, o.window_close,
+            o.window_days)
            IS DISTINCT FROM
            (n.state, n.fence, n.due_at, n.deadline, n.lease_until, n.attempts, n.republishes,
             n.next_attempt_at, n.enqueued_at, n.dispatch_batch, n.updated_at, n.finished_at, n.purged_at,
@@ -229,8 +276,8 @@ CREATE TRIGGER reminders_state_mirror_inserted AFTER INSERT ON reminders
     REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION nudge_state_mirror_inserted();
 CREATE TRIGGER reminders_state_mirror_updated AFTER UPDATE ON reminders
-    REFERENCING NEW TABLE AS changed
+    REFERENCING OLD TABLE AS previous NEW TABLE AS changed
     FOR EACH STATEMENT EXECUTE FUNCTION nudge_state_mirror_updated();
 CREATE TRIGGER reminder_state_mirror_back AFTER UPDATE ON reminder_state
-    REFERENCING NEW TABLE AS changed
+    REFERENCING OLD TABLE AS previous NEW TABLE AS changed
     FOR EACH STATEMENT EXECUTE FUNCTION nudge_state_mirror_back();
