@@ -146,8 +146,8 @@ SELECT id FROM campaigns WHERE tenant = $1 AND name = $2;
 -- What a campaign's status report reads (status.go): the campaign row, its
 -- last checkpoint, and its reminders by state. Each is bounded by the one
 -- campaign: the primary keys of campaigns and campaign_slices, and the
--- campaign-keys index of reminders (schema 0026), never another tenant's
--- reminders nor the tenant's other ones.
+-- campaign-keys index of reminders (schema 0026; then each state row by its
+-- primary key), never another tenant's reminders nor the tenant's other ones.
 
 -- name: Report
 -- The slice size is the campaign's own (NULL from schema 25 on: the
@@ -165,10 +165,13 @@ SELECT c.id, c.tenant, c.name, c.source, c.channel, c.state, c.slice_size,
 -- name: Deliveries
 -- $2 and $3 bound the keys campaign:<id>: bytewise (':' + 1 is ';'); the
 -- LIKE repeats the index's predicate so that the index serves the range.
-SELECT state, count(*)
-  FROM reminders
- WHERE tenant = $1 AND key LIKE 'campaign:%' AND key ~>=~ $2 AND key ~<~ $3
- GROUP BY state;
+-- The keys are the wide row's; each one's state is its state row's
+-- (reminder_state, schema 32), by primary key.
+SELECT s.state, count(*)
+  FROM reminders r
+  JOIN reminder_state s ON s.id = r.id
+ WHERE r.tenant = $1 AND r.key LIKE 'campaign:%' AND r.key ~>=~ $2 AND r.key ~<~ $3
+ GROUP BY s.state;
 
 -- name: RemainingEstimate
 -- The remainder without reading the source: its row count as PostgreSQL

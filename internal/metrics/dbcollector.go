@@ -86,7 +86,7 @@ func (c *DBCollector) init() {
 			oldestEnqueued: d("nudge_oldest_enqueued_age_seconds", "How long the oldest enqueued reminder has waited for a worker (0: none)."),
 			open:           d("nudge_open_reminders", "Reminders not yet terminal, by channel and state; pending ones only once due.", "channel", "state"),
 			pendingEstimate: d("nudge_pending_reminders_estimate",
-				"Pending reminders, due or scheduled for later, as PostgreSQL last estimated them (VACUUM or ANALYZE of reminders)."),
+				"Pending reminders, due or scheduled for later, as PostgreSQL last estimated them (VACUUM or ANALYZE of reminder_state; of reminders before either)."),
 			misses:       d("nudge_deadline_misses_last_hour", "Reminders that expired in the last hour, by channel (from the table).", "channel"),
 			reconcileLag: d("nudge_reconcile_lag_seconds", "Age of the oldest repair the reconciler owes: an open reminder past its deadline, or an expired lease (0: none)."),
 			cutoffLag:    d("nudge_dispatch_cutoff_lag_seconds", "Now minus the cutoff of the newest dispatcher run that finished everything due before it."),

@@ -4,46 +4,56 @@
 
 -- name: DBGauges
 -- The gauges DBCollector derives. Each part reads a range of a partial index
--- that holds work, not history or the future: the pending-due index up to
+-- of reminder_state (schema 32: the state rows, no payload) that holds work,
+-- not history or the future: the pending-due index up to
 -- @now, the enqueued index, the unsent-deadline index up to @now, the leases
 -- index up to @now, the in-flight states over the parked index (0027: leased,
 -- retrying, quarantined), the enqueued index and the leases index (a sending
 -- row always holds a send lease), the expired index over the
 -- last hour and the dispatch runs' own; the newest reminder is the primary
--- key's end. Pending reminders are counted once due: those scheduled for
+-- key's end (of reminders: the creation time is the wide row's). Pending
+-- reminders are counted once due: those scheduled for
 -- later are only estimated, from the pending-due index's reltuples (as of
 -- the last VACUUM or ANALYZE; -1 before either), so a table of reminders
--- scheduled months ahead costs a scrape nothing.
-SELECT (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
-       (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
-       (SELECT min(deadline) FROM reminders
+-- scheduled months ahead costs a scrape nothing. The estimate is
+-- reminder_state's once that table has been vacuumed or analyzed, and until
+-- then that of reminders' own pending-due index (while it exists: the
+-- release that drops the state columns of reminders drops it too).
+SELECT (SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
+       (SELECT min(enqueued_at) FROM reminder_state WHERE state = 'enqueued'),
+       (SELECT min(deadline) FROM reminder_state
          WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
-       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now),
+       (SELECT min(lease_until) FROM reminder_state
+         WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now),
        (SELECT cutoff FROM dispatch_runs WHERE error IS NULL AND NOT out_of_budget
          ORDER BY finished_at DESC LIMIT 1),
        (SELECT coalesce(jsonb_object_agg(channel || '/' || state, n), '{}'::jsonb)
-          FROM (SELECT channel, 'pending' AS state, count(*) AS n FROM reminders
+          FROM (SELECT channel, 'pending' AS state, count(*) AS n FROM reminder_state
                  WHERE state = 'pending' AND due_at <= @now
                  GROUP BY 1
                 UNION ALL
-                SELECT channel, state, count(*) FROM reminders
+                SELECT channel, state, count(*) FROM reminder_state
                  WHERE state IN ('leased', 'retrying', 'quarantined')
                  GROUP BY 1, 2
                 UNION ALL
-                SELECT channel, 'enqueued', count(*) FROM reminders
+                SELECT channel, 'enqueued', count(*) FROM reminder_state
                  WHERE state = 'enqueued'
                  GROUP BY 1
                 UNION ALL
-                SELECT channel, 'sending', count(*) FROM reminders
+                SELECT channel, 'sending', count(*) FROM reminder_state
                  WHERE state = 'sending' AND lease_until IS NOT NULL
                  GROUP BY 1) o),
        (SELECT coalesce(jsonb_object_agg(channel, n), '{}'::jsonb)
-          FROM (SELECT channel, count(*) AS n FROM reminders
+          FROM (SELECT channel, count(*) AS n FROM reminder_state
                  WHERE state = 'expired' AND finished_at > @hour_ago AND finished_at <= @now
                    AND coalesce(reason, '') NOT LIKE 'dlq expire: %'
                  GROUP BY 1) m),
        (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('reminders_pending_due'));
+       coalesce((SELECT i.reltuples FROM pg_class t, pg_class i
+                  WHERE t.oid = to_regclass('reminder_state') AND t.reltuples >= 0
+                    AND i.oid = to_regclass('reminder_state_pending_due')),
+                (SELECT reltuples FROM pg_class WHERE oid = to_regclass('reminders_pending_due')),
+                (SELECT reltuples FROM pg_class WHERE oid = to_regclass('reminder_state_pending_due')));
 
 -- name: DispatchRunsStart
 -- Where DispatchRunCollector starts: the newest run's id (its hops and those

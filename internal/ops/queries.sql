@@ -5,6 +5,13 @@
 -- from the caller (@now). Events carry the code of their transition
 -- (pkg/reminder's Transitions, against which schema/transitions_test.go
 -- checks every statement here that writes reminders).
+--
+-- State lives on reminder_state (schema 32, alias s): every state column is
+-- read and written there, and the wide reminders row (r) is joined by its
+-- primary key only for what only it has (key, recipient, template, data,
+-- created_at). A statement that writes state locks state rows only; the
+-- mirror (0032) copies the change to reminders in the same transaction, so
+-- the previous release's readers see it.
 
 -- name: Replay
 -- Controlled replay of a window or of chosen IDs, one batch after the id
@@ -17,34 +24,34 @@
 -- row carries its verdict: replay (done, or would be), refused_deadline,
 -- refused_purged, moved_on (changed between the read and the write).
 WITH cand AS (
-    SELECT r.id, r.state AS old_state, r.fence,
-           CASE WHEN r.purged_at IS NOT NULL THEN 'refused_purged'
-                WHEN r.deadline <= @min_deadline THEN 'refused_deadline'
+    SELECT s.id, s.state AS old_state, s.fence,
+           CASE WHEN s.purged_at IS NOT NULL THEN 'refused_purged'
+                WHEN s.deadline <= @min_deadline THEN 'refused_deadline'
                 ELSE 'replay' END AS verdict
-      FROM reminders r
-     WHERE r.id > @after
-       AND (coalesce(cardinality(@ids::bigint[]), 0) = 0 OR r.id = ANY(@ids::bigint[]))
-       AND (@due_from::timestamptz IS NULL OR r.due_at >= @due_from::timestamptz)
-       AND (@due_to::timestamptz IS NULL OR r.due_at < @due_to::timestamptz)
-       AND (@channel::text = '' OR r.channel = @channel::text)
-       AND (@tenant::text = '' OR r.tenant = @tenant::text)
-       AND r.state = ANY(@states::text[])
-       AND (r.state IN ('failed', 'quarantined')
-         OR (r.state = 'enqueued' AND r.enqueued_at <= @stuck_before)
-         OR (r.state = 'retrying' AND r.next_attempt_at <= @stuck_before)
-         OR (r.state = 'leased' AND r.lease_until <= @stuck_before))
-     ORDER BY r.id
+      FROM reminder_state s
+     WHERE s.id > @after
+       AND (coalesce(cardinality(@ids::bigint[]), 0) = 0 OR s.id = ANY(@ids::bigint[]))
+       AND (@due_from::timestamptz IS NULL OR s.due_at >= @due_from::timestamptz)
+       AND (@due_to::timestamptz IS NULL OR s.due_at < @due_to::timestamptz)
+       AND (@channel::text = '' OR s.channel = @channel::text)
+       AND (@tenant::text = '' OR s.tenant = @tenant::text)
+       AND s.state = ANY(@states::text[])
+       AND (s.state IN ('failed', 'quarantined')
+         OR (s.state = 'enqueued' AND s.enqueued_at <= @stuck_before)
+         OR (s.state = 'retrying' AND s.next_attempt_at <= @stuck_before)
+         OR (s.state = 'leased' AND s.lease_until <= @stuck_before))
+     ORDER BY s.id
      LIMIT @limit
 ), upd AS (
-    UPDATE reminders r
-       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
+    UPDATE reminder_state s
+       SET state = 'pending', fence = s.fence + 1, lease_until = NULL, next_attempt_at = NULL,
            enqueued_at = NULL, finished_at = NULL, reason = NULL, updated_at = @now,
-           attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.attempts END,
-           republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
+           attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE s.attempts END,
+           republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE s.republishes END
       FROM cand
      WHERE @apply::boolean AND cand.verdict = 'replay'
-       AND r.id = cand.id AND r.fence = cand.fence AND (r.state = cand.old_state) IS TRUE AND r.purged_at IS NULL
- RETURNING r.id, cand.old_state, r.fence
+       AND s.id = cand.id AND s.fence = cand.fence AND (s.state = cand.old_state) IS TRUE AND s.purged_at IS NULL
+ RETURNING s.id, cand.old_state, s.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'pending', fence, @actor, 'replayed', @reason, @now FROM upd
@@ -57,12 +64,12 @@ SELECT cand.id, cand.old_state,
 
 -- name: ReminderStates
 -- The state of each named reminder, to explain the IDs a replay did not select.
-SELECT id, state FROM reminders WHERE id = ANY(@ids::bigint[]);
+SELECT id, state FROM reminder_state WHERE id = ANY(@ids::bigint[]);
 
 -- name: DeadLetterRows
 -- The rows dead letters point at, read when the queue is read.
 SELECT id, tenant, channel, state, fence, deadline, attempts, purged_at IS NOT NULL, coalesce(reason, '')
-  FROM reminders
+  FROM reminder_state
  WHERE id = ANY(@ids::bigint[]);
 
 -- name: DLQReplay
@@ -76,17 +83,17 @@ SELECT id, tenant, channel, state, fence, deadline, attempts, purged_at IS NOT N
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
+    SELECT s.id, s.state AS old_state, m.fence FROM m JOIN reminder_state s ON s.id = m.id
 ), upd AS (
-    UPDATE reminders r
-       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
+    UPDATE reminder_state s
+       SET state = 'pending', fence = s.fence + 1, lease_until = NULL, next_attempt_at = NULL,
            enqueued_at = NULL, reason = NULL, updated_at = @now,
-           attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.attempts END,
-           republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE r.republishes END
+           attempts = CASE WHEN @reset_attempts::boolean THEN 0 ELSE s.attempts END,
+           republishes = CASE WHEN @reset_attempts::boolean THEN 0 ELSE s.republishes END
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('quarantined', 'enqueued', 'retrying')) IS TRUE
-       AND r.deadline > @min_deadline AND r.purged_at IS NULL
- RETURNING r.id, cur.old_state, r.fence
+     WHERE s.id = cur.id AND s.fence = cur.fence AND (s.state IN ('quarantined', 'enqueued', 'retrying')) IS TRUE
+       AND s.deadline > @min_deadline AND s.purged_at IS NULL
+ RETURNING s.id, cur.old_state, s.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'pending', fence, @actor, 'dlq_replayed', @reason, @now FROM upd
@@ -100,14 +107,14 @@ SELECT id FROM upd;
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
+    SELECT s.id, s.state AS old_state, m.fence FROM m JOIN reminder_state s ON s.id = m.id
 ), upd AS (
-    UPDATE reminders r
-       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, next_attempt_at = NULL,
+    UPDATE reminder_state s
+       SET state = 'expired', fence = s.fence + 1, lease_until = NULL, next_attempt_at = NULL,
            reason = @reason, finished_at = @now, updated_at = @now
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('quarantined', 'enqueued', 'retrying')) IS TRUE
- RETURNING r.id, cur.old_state, r.fence
+     WHERE s.id = cur.id AND s.fence = cur.fence AND (s.state IN ('quarantined', 'enqueued', 'retrying')) IS TRUE
+ RETURNING s.id, cur.old_state, s.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'expired', fence, @actor, 'dlq_expired', @reason, @now FROM upd
@@ -125,16 +132,16 @@ SELECT @now, @actor, a.action, @channel, nullif(a.reminder_id, 0), nullif(a.mess
 -- A dlq_dropped note (reminder.Notes: not a transition) in the timeline of
 -- each existing reminder whose stale dead letter a decision dropped, with the
 -- decision's reason and the verdict's detail: from_state = to_state = its
--- state, at its fence. Writes no reminders.
+-- state, at its fence. Writes no reminders nor reminder_state.
 INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
-SELECT r.id, r.state, r.state, r.fence, @actor, 'dlq_dropped', @reason || ' (' || d.detail || ')', @now
+SELECT s.id, s.state, s.state, s.fence, @actor, 'dlq_dropped', @reason || ' (' || d.detail || ')', @now
   FROM unnest(@ids::bigint[], @details::text[]) AS d(id, detail)
-  JOIN reminders r ON r.id = d.id;
+  JOIN reminder_state s ON s.id = d.id;
 
 -- name: StatsCounts
 -- Counts by channel × state and by tenant × state, in one scan.
 SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), state, count(*)
-  FROM reminders
+  FROM reminder_state
  GROUP BY GROUPING SETS ((channel, state), (tenant, state));
 
 -- name: StatsAges
@@ -142,29 +149,32 @@ SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), s
 -- each from its own small partial index: pending and due, enqueued (waiting
 -- for a worker), retrying past its next attempt, open past its deadline and
 -- not yet expired, and past a lease (dispatch or send) not yet resolved.
+-- The creation time is the wide row's (reminders' primary key); the rest is
+-- reminder_state's.
 SELECT (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1),
-       (SELECT min(due_at) FROM reminders WHERE state = 'pending' AND due_at <= @now),
-       (SELECT min(enqueued_at) FROM reminders WHERE state = 'enqueued'),
-       (SELECT min(next_attempt_at) FROM reminders WHERE state = 'retrying' AND next_attempt_at <= @now),
-       (SELECT min(deadline) FROM reminders
+       (SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
+       (SELECT min(enqueued_at) FROM reminder_state WHERE state = 'enqueued'),
+       (SELECT min(next_attempt_at) FROM reminder_state WHERE state = 'retrying' AND next_attempt_at <= @now),
+       (SELECT min(deadline) FROM reminder_state
          WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
-       (SELECT min(lease_until) FROM reminders WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now);
+       (SELECT min(lease_until) FROM reminder_state
+         WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now);
 
 -- name: StatsWindows
 -- Deadline misses (reminders that expired, not counting an operator's expiry
 -- of a dead letter) and quarantines (each one put a message in a dead-letter
 -- queue) in the last hour and day, by channel.
 SELECT channel, 'expired', count(*) FILTER (WHERE finished_at >= @hour_ago), count(*)
-  FROM reminders
+  FROM reminder_state
  WHERE state = 'expired' AND finished_at >= @day_ago AND finished_at <= @now
    AND coalesce(reason, '') NOT LIKE 'dlq expire: %'
  GROUP BY channel
 UNION ALL
-SELECT r.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), count(*)
-  FROM reminder_events e JOIN reminders r ON r.id = e.reminder_id
+SELECT s.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), count(*)
+  FROM reminder_events e JOIN reminder_state s ON s.id = e.reminder_id
  WHERE e.to_state = 'quarantined' AND e.at >= @day_ago AND e.at <= @now
    AND e.from_state IS DISTINCT FROM e.to_state -- not a note (reminder.Notes)
- GROUP BY r.channel;
+ GROUP BY s.channel;
 
 -- name: StatsRecent
 -- Terminal outcomes of the recent window (@since, @now], by channel: the
@@ -172,7 +182,7 @@ SELECT r.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), coun
 -- totals. The terminal index, on the same expression, bounds the read to the
 -- window.
 SELECT channel, state, count(*)
-  FROM reminders
+  FROM reminder_state
  WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
    AND coalesce(finished_at, updated_at) > @since AND coalesce(finished_at, updated_at) <= @now
  GROUP BY channel, state;
@@ -193,8 +203,8 @@ SELECT max(cutoff) FILTER (WHERE error IS NULL AND NOT out_of_budget), max(finis
 -- rollout) have no code: for those, the claim's reason text as version 8
 -- wrote it. Claims folded into their rows (schema version 30) are read from
 -- the work in flight and the newest 100,000 terminal rows, over the partial
--- indexes that hold them (reminders_enqueued, reminders_leases,
--- reminders_parked, reminders_terminal): bounded by the work, not the table.
+-- indexes that hold them (reminder_state_enqueued, _leases, _parked,
+-- _terminal): bounded by the work, not the table.
 -- A folded claim of a row since returned to pending is not among them (a
 -- newer claim almost always is).
 SELECT at FROM (
@@ -204,14 +214,14 @@ SELECT at FROM (
       ORDER BY id DESC
       LIMIT 1)
     UNION ALL
-    SELECT max(claimed_at) FROM reminders WHERE state = 'enqueued'
+    SELECT max(claimed_at) FROM reminder_state WHERE state = 'enqueued'
     UNION ALL
-    SELECT max(claimed_at) FROM reminders WHERE state = 'sending'
+    SELECT max(claimed_at) FROM reminder_state WHERE state = 'sending'
     UNION ALL
-    SELECT max(claimed_at) FROM reminders WHERE state IN ('leased', 'retrying', 'quarantined')
+    SELECT max(claimed_at) FROM reminder_state WHERE state IN ('leased', 'retrying', 'quarantined')
     UNION ALL
     SELECT max(t.claimed_at) FROM (
-        SELECT claimed_at FROM reminders
+        SELECT claimed_at FROM reminder_state
          WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
          ORDER BY coalesce(finished_at, updated_at) DESC
          LIMIT 100000) t
@@ -224,10 +234,10 @@ SELECT at FROM (
 -- A reminder's current dispatch batch and, when the dispatcher recorded it,
 -- that batch's publish confirmation (recorded per batch since schema
 -- version 7, so it is not among the reminder's events).
-SELECT r.dispatch_batch, c.confirmed_at, coalesce(c.actor, '')
-  FROM reminders r
-  LEFT JOIN publish_confirms c ON c.batch = r.dispatch_batch
- WHERE r.id = @id;
+SELECT s.dispatch_batch, c.confirmed_at, coalesce(c.actor, '')
+  FROM reminder_state s
+  LEFT JOIN publish_confirms c ON c.batch = s.dispatch_batch
+ WHERE s.id = @id;
 
 -- name: ListIDs
 -- The IDs of the reminders a filter selects, newest first, after the keyset
@@ -235,35 +245,39 @@ SELECT r.dispatch_batch, c.confirmed_at, coalesce(c.actor, '')
 -- bulk actions and the console page and count with it (never OFFSET). Every
 -- condition is off when its parameter is empty. Late: due at or before @now
 -- and not terminal. The reason matches the row's reason or last error.
-SELECT r.id
-  FROM reminders r
- WHERE (@before::bigint = 0 OR r.id < @before::bigint)
-   AND (coalesce(cardinality(@ids::bigint[]), 0) = 0 OR r.id = ANY(@ids::bigint[]))
-   AND (@tenant::text = '' OR r.tenant = @tenant::text)
-   AND (coalesce(cardinality(@states::text[]), 0) = 0 OR r.state = ANY(@states::text[]))
-   AND (@channel::text = '' OR r.channel = @channel::text)
-   AND (@key_prefix::text = '' OR left(r.key, length(@key_prefix::text)) = @key_prefix::text)
-   AND (@due_from::timestamptz IS NULL OR r.due_at >= @due_from::timestamptz)
-   AND (@due_to::timestamptz IS NULL OR r.due_at < @due_to::timestamptz)
-   AND (@deadline_from::timestamptz IS NULL OR r.deadline >= @deadline_from::timestamptz)
-   AND (@deadline_to::timestamptz IS NULL OR r.deadline < @deadline_to::timestamptz)
+-- A walk of reminder_state's primary key, backwards; the key, which only the
+-- wide row has, is read from it (by primary key) only when a key prefix is
+-- asked for.
+SELECT s.id
+  FROM reminder_state s
+ WHERE (@before::bigint = 0 OR s.id < @before::bigint)
+   AND (coalesce(cardinality(@ids::bigint[]), 0) = 0 OR s.id = ANY(@ids::bigint[]))
+   AND (@tenant::text = '' OR s.tenant = @tenant::text)
+   AND (coalesce(cardinality(@states::text[]), 0) = 0 OR s.state = ANY(@states::text[]))
+   AND (@channel::text = '' OR s.channel = @channel::text)
+   AND (@key_prefix::text = ''
+        OR (SELECT left(r.key, length(@key_prefix::text)) FROM reminders r WHERE r.id = s.id) = @key_prefix::text)
+   AND (@due_from::timestamptz IS NULL OR s.due_at >= @due_from::timestamptz)
+   AND (@due_to::timestamptz IS NULL OR s.due_at < @due_to::timestamptz)
+   AND (@deadline_from::timestamptz IS NULL OR s.deadline >= @deadline_from::timestamptz)
+   AND (@deadline_to::timestamptz IS NULL OR s.deadline < @deadline_to::timestamptz)
    AND (NOT @late::boolean
-        OR (r.due_at <= @now AND r.state NOT IN ('delivered', 'failed', 'expired', 'canceled')))
+        OR (s.due_at <= @now AND s.state NOT IN ('delivered', 'failed', 'expired', 'canceled')))
    AND (@reason::text = ''
-        OR strpos(lower(coalesce(r.reason, '') || E'\n' || coalesce(r.last_error, '')), lower(@reason::text)) > 0)
- ORDER BY r.id DESC
+        OR strpos(lower(coalesce(s.reason, '') || E'\n' || coalesce(s.last_error, '')), lower(@reason::text)) > 0)
+ ORDER BY s.id DESC
  LIMIT @limit;
 
 -- name: ListRows
--- The listed reminders' columns, newest first. The recipient's time zone
--- comes from the row as JSON, so the statement runs on a schema with or
--- without a tz column (NULL without one).
-SELECT r.id, r.tenant, r.key, r.channel, r.recipient, r.template, r.state, r.fence, r.due_at, r.deadline,
-       r.attempts, coalesce(r.reason, ''), coalesce(r.last_error, ''), r.created_at, r.updated_at,
-       r.finished_at, r.purged_at IS NOT NULL, coalesce(to_jsonb(r) ->> 'tz', '')
-  FROM reminders r
- WHERE r.id = ANY(@ids::bigint[])
- ORDER BY r.id DESC;
+-- The listed reminders' columns, newest first: the state row's, and the key,
+-- recipient, template and creation time of the wide row (by primary key).
+SELECT s.id, s.tenant, r.key, s.channel, r.recipient, r.template, s.state, s.fence, s.due_at, s.deadline,
+       s.attempts, coalesce(s.reason, ''), coalesce(s.last_error, ''), r.created_at, s.updated_at,
+       s.finished_at, s.purged_at IS NOT NULL, coalesce(s.tz, '')
+  FROM reminder_state s
+  JOIN reminders r ON r.id = s.id
+ WHERE s.id = ANY(@ids::bigint[])
+ ORDER BY s.id DESC;
 
 -- name: Attempts
 -- A reminder's delivery attempts, oldest first.
@@ -286,14 +300,14 @@ SELECT attempt, fence, worker, started_at, finished_at, coalesce(outcome, ''),
 -- partial index that holds it, so bounded by the work, not the table. A
 -- folded claim of a row since returned to pending is not counted.
 WITH folded AS (
-    SELECT claimed_at, started_at, NULL::timestamptz AS delivered_at FROM reminders WHERE state = 'enqueued'
+    SELECT claimed_at, started_at, NULL::timestamptz AS delivered_at FROM reminder_state WHERE state = 'enqueued'
     UNION ALL
-    SELECT claimed_at, started_at, NULL FROM reminders WHERE state = 'sending'
+    SELECT claimed_at, started_at, NULL FROM reminder_state WHERE state = 'sending'
     UNION ALL
-    SELECT claimed_at, started_at, NULL FROM reminders WHERE state IN ('leased', 'retrying', 'quarantined')
+    SELECT claimed_at, started_at, NULL FROM reminder_state WHERE state IN ('leased', 'retrying', 'quarantined')
     UNION ALL
     SELECT claimed_at, started_at, CASE WHEN delivered_by IS NOT NULL THEN finished_at END
-      FROM reminders
+      FROM reminder_state
      WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
        AND coalesce(finished_at, updated_at) > @now::timestamptz - interval '1 hour'
 ), moves AS (

@@ -4,54 +4,80 @@
 -- terminal ones are touched: their payload purged (no state changes) or the
 -- row deleted (pkg/reminder's transition table: terminal → none, checked by
 -- schema/transitions_test.go).
+--
+-- State lives on reminder_state (schema 32, alias s): the rows are chosen
+-- and locked there, over its terminal indexes; the wide reminders row (r)
+-- is read and written only for its payload.
 
 -- name: PurgePayloads
--- Empties payloads and deletes the attempts of one batch of
--- terminal rows. FOR UPDATE keeps each row terminal for the statement (a
--- concurrent replay waits, then finds it purged and refuses it); SKIP LOCKED
--- leaves rows another transaction holds for the next pass.
+-- Purges one batch of terminal rows, the state row's part: their attempts
+-- deleted, purged_at set and the recipient masked in last_error. FOR UPDATE
+-- keeps each row terminal for the transaction (a concurrent replay waits,
+-- then finds it purged and refuses it); SKIP LOCKED leaves rows another
+-- transaction holds for the next pass. Returns the counts, then each purged
+-- row's id and masked recipient for PurgeWideRows, which empties the wide
+-- row's payload in the same transaction: a second statement, because a
+-- statement that wrote both tables would have its state write undone by
+-- the mirror (0032 copies a written reminders row's state columns, as that
+-- statement saw them, over reminder_state at its end).
 WITH old AS (
-    SELECT id, recipient,
-           CASE WHEN channel = 'email'
-                THEN left(recipient, 1) || '***@' || split_part(recipient, '@', 2)
-                ELSE left(recipient, 3) || '***' || right(recipient, 2) END AS masked
-      FROM reminders
-     WHERE purged_at IS NULL AND state IN ('delivered', 'failed', 'expired', 'canceled')
-       AND coalesce(finished_at, updated_at) < @before
-     ORDER BY coalesce(finished_at, updated_at)
+    SELECT s.id, s.channel
+      FROM reminder_state s
+     WHERE s.purged_at IS NULL AND s.state IN ('delivered', 'failed', 'expired', 'canceled')
+       AND coalesce(s.finished_at, s.updated_at) < @before
+     ORDER BY coalesce(s.finished_at, s.updated_at)
      LIMIT @limit
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF s SKIP LOCKED
+), masked AS (
+    SELECT old.id, r.recipient,
+           CASE WHEN old.channel = 'email'
+                THEN left(r.recipient, 1) || '***@' || split_part(r.recipient, '@', 2)
+                ELSE left(r.recipient, 3) || '***' || right(r.recipient, 2) END AS masked
+      FROM old
+      JOIN reminders r ON r.id = old.id
 ), att AS (
     DELETE FROM delivery_attempts a USING old WHERE a.reminder_id = old.id RETURNING a.id
 ), upd AS (
-    UPDATE reminders r
-       SET data = '{}'::jsonb, purged_at = @now, recipient = old.masked,
-           last_error = replace(r.last_error, old.recipient, old.masked)
-      FROM old
-     WHERE r.id = old.id
- RETURNING r.id
+    UPDATE reminder_state s
+       SET purged_at = @now, last_error = replace(s.last_error, m.recipient, m.masked)
+      FROM masked m
+     WHERE s.id = m.id
+ RETURNING s.id, m.masked
 )
-SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM att);
+SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM att),
+       coalesce((SELECT array_agg(id ORDER BY id) FROM upd), '{}'),
+       coalesce((SELECT array_agg(masked ORDER BY id) FROM upd), '{}');
+
+-- name: PurgeWideRows
+-- The wide row's part of PurgePayloads, in its transaction: data emptied,
+-- the recipient replaced by its mask.
+UPDATE reminders r
+   SET data = '{}'::jsonb, recipient = w.masked
+  FROM unnest(@ids::bigint[], @masked::text[]) AS w(id, masked)
+ WHERE r.id = w.id;
 
 -- name: DeleteReminders
 -- Deletes one batch of terminal rows (their attempts
--- cascade; their events stay). The events folded into a row (schema version
+-- cascade; their events stay; the state row goes with the wide one, by its
+-- foreign key). The events folded into a row (schema version
 -- 30: its claim, first attempt and delivery) are appended to reminder_events
 -- first, as they were folded, so the trail outlives the row as before.
 WITH old AS (
-    SELECT id FROM reminders
-     WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND coalesce(finished_at, updated_at) < @before
-     ORDER BY coalesce(finished_at, updated_at)
+    SELECT s.id, s.claimed_at, s.claimed_fence, s.claimed_by, s.started_at, s.started_fence, s.started_by,
+           s.delivered_by, s.fence, s.finished_at, s.reason
+      FROM reminder_state s
+     WHERE s.state IN ('delivered', 'failed', 'expired', 'canceled')
+       AND coalesce(s.finished_at, s.updated_at) < @before
+     ORDER BY coalesce(s.finished_at, s.updated_at)
      LIMIT @limit
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF s SKIP LOCKED
 ), kept AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
-    SELECT r.id, f.from_state, f.to_state, f.fence, f.actor, f.code, f.reason, f.at
-      FROM reminders r
-      JOIN old ON old.id = r.id
-     CROSS JOIN LATERAL nudge_folded_events(r.claimed_at, r.claimed_fence, r.claimed_by, r.started_at,
-                                            r.started_fence, r.started_by, r.delivered_by, r.fence,
-                                            r.finished_at, r.reason) f
+    SELECT old.id, f.from_state, f.to_state, f.fence, f.actor, f.code, f.reason, f.at
+      FROM old
+     CROSS JOIN LATERAL nudge_folded_events(old.claimed_at, old.claimed_fence, old.claimed_by, old.started_at,
+                                            old.started_fence, old.started_by, old.delivered_by, old.fence,
+                                            old.finished_at, old.reason) f
 ), del AS (
     DELETE FROM reminders r USING old WHERE r.id = old.id RETURNING r.id
 )
@@ -73,7 +99,7 @@ WITH bounds AS (
 ), del AS (
     DELETE FROM reminder_events e USING bounds
      WHERE e.id >= @lo AND e.id < bounds.hi AND e.at < @before
-       AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.id = e.reminder_id)
+       AND NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = e.reminder_id)
  RETURNING e.id
 )
 SELECT (SELECT count(*) FROM del), (SELECT hi FROM bounds),

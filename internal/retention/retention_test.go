@@ -368,3 +368,30 @@ func TestFoldedEventsOutliveTheirReminder(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, count(t, b.db, `SELECT count(*) FROM reminder_events WHERE reminder_id = ANY($1)`, ids))
 }
+
+// A purge writes the state row (purged_at, the masked last error) and the
+// wide row (data, recipient) in one transaction, and the two copies of the
+// state that this release keeps (reminders and reminder_state, schema 32)
+// agree afterwards: a purge that wrote both tables in one statement would
+// have its state row put back by the mirror, and be purged again forever.
+func TestPurgeLeavesBothCopiesOfTheStateEqual(t *testing.T) {
+	t.Parallel()
+	b := setup(t, retention.Config{})
+	ids := b.seed(t, "old", 6, reminder.Delivered, 8*day)
+
+	sum, err := b.c.Pass(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 6, sum.Purged)
+	require.EqualValues(t, 6, sum.AttemptsDeleted)
+
+	require.Equal(t, 6, count(t, b.db, `
+		SELECT count(*) FROM reminders r JOIN reminder_state s ON s.id = r.id
+		 WHERE r.id = ANY($1) AND r.data = '{}' AND r.recipient IN ('l***@example.com', '+14***00')
+		   AND s.purged_at IS NOT NULL AND s.purged_at = r.purged_at
+		   AND s.last_error = r.last_error AND s.last_error NOT LIKE '%learner@%' AND s.last_error NOT LIKE '%+14155550100%'`,
+		ids))
+
+	sum, err = b.c.Pass(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, sum.Purged, "purged once")
+}

@@ -1,12 +1,22 @@
 -- The statements pkg/intake runs. Each one that writes reminders makes only
 -- the transitions pkg/reminder's table lists (schema/transitions_test.go runs
 -- them from every state).
+--
+-- State lives on reminder_state (schema 32, alias s): every state column is
+-- read there, and the wide reminders row (r) is read for what only it has
+-- (key, recipient, template, data, idempotency key, created_at), found by
+-- its primary key or its logical key (tenant, key).
 
 -- name: ScheduleMany
 -- Schedules a whole batch in one statement, set-based: the same validation
 -- (nudge_invalid) and the same idempotency rule as nudge_try_schedule, which
 -- a web tier calls for one reminder. Within a batch the first valid
 -- occurrence of a key is the one created; later ones are compared with it.
+-- The state row of each created reminder is made by the mirror (0032) at
+-- the statement's end. (Writing it here too, as the release without the
+-- mirror needs, requires INSERT (id) on reminder_state for the roles that
+-- run this statement, nudge_operator and nudge_planner: a schema grant this
+-- release does not have yet.)
 WITH raw AS MATERIALIZED (
     -- Materialized so data is parsed once and nudge_invalid, taking plain
     -- columns, is inlined into the statement. Local wall times are resolved
@@ -76,7 +86,10 @@ SELECT coalesce(n.id, o.id),
        i.invalid[1], i.invalid[2]
   FROM ranked i
   LEFT JOIN ins n ON i.invalid IS NULL AND n.tenant = i.tenant AND n.key = i.key
-  LEFT JOIN LATERAL (SELECT * FROM reminders r
+  LEFT JOIN LATERAL (SELECT r.id, s.channel, r.recipient, r.template, r.data, s.requested_due_at, s.due_at,
+                            s.deadline, s.tz, s.window_open, s.window_close, s.window_days
+                       FROM reminders r
+                       JOIN reminder_state s ON s.id = r.id
                       WHERE i.invalid IS NULL AND n.id IS NULL AND r.tenant = i.tenant AND r.key = i.key
                      OFFSET 0) o ON true
  ORDER BY i.ord;
@@ -98,22 +111,43 @@ SELECT id, key, status, state FROM nudge_cancel_prefix($1, $2, $3, $4, $5);
 
 -- name: CountPrefix
 -- What nudge_cancel_prefix would select (without its limit), as the caller
--- sees the rows: the open ones it would cancel and the sending ones. Found
--- as nudge_cancel_prefix finds them (schema version 27): the waiting rows by
--- key prefix (reminders_waiting_keys), the enqueued and sending ones among
--- the work in flight (reminders_enqueued, reminders_leases; "IS TRUE": by
+-- sees the rows: the open ones it would cancel and the sending ones. The
+-- waiting rows by key prefix (the tenant's keys of the wide rows, then each
+-- one's state row by primary key), the enqueued and sending ones among the
+-- work in flight (reminder_state_enqueued, reminder_state_leases; then, for
+-- the tenant's rows only, the wide row's key by primary key; "IS TRUE": by
 -- no index of the tenant's keys).
 SELECT count(*) FILTER (WHERE state <> 'sending'), count(*) FILTER (WHERE state = 'sending')
-  FROM (SELECT state FROM reminders
-         WHERE tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)
-           AND state IN ('pending', 'leased', 'retrying', 'quarantined')
+  FROM (SELECT s.state
+          FROM reminders r
+          JOIN reminder_state s ON s.id = r.id
+         WHERE r.tenant = $1 AND r.key LIKE nudge_key_prefix_pattern($2)
+           AND s.state IN ('pending', 'leased', 'retrying', 'quarantined')
         UNION ALL
-        SELECT state FROM reminders
-         WHERE state = 'enqueued' AND (tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)) IS TRUE
+        SELECT s.state
+          FROM reminder_state s
+         WHERE s.state = 'enqueued'
+           AND (s.tenant = $1
+                AND (SELECT r.key FROM reminders r WHERE r.id = s.id) LIKE nudge_key_prefix_pattern($2)) IS TRUE
         UNION ALL
-        SELECT state FROM reminders
-         WHERE state = 'sending' AND lease_until IS NOT NULL
-           AND (tenant = $1 AND key LIKE nudge_key_prefix_pattern($2)) IS TRUE) o;
+        SELECT s.state
+          FROM reminder_state s
+         WHERE s.state = 'sending' AND s.lease_until IS NOT NULL
+           AND (s.tenant = $1
+                AND (SELECT r.key FROM reminders r WHERE r.id = s.id) LIKE nudge_key_prefix_pattern($2)) IS TRUE) o;
 
 -- name: RescheduleWindow
 SELECT id, key, status, state FROM nudge_reschedule_window($1, $2, $3, $4, $5::time, $6::time, $7, $8, $9);
+
+-- name: Get
+-- A reminder by id ($1), or else by its logical key ($2, $3), in read.go's
+-- scanReminder order: the wide row's key, payload and creation time, the
+-- rest from its state row.
+SELECT r.id, s.tenant, r.key, s.channel, r.recipient, r.template, r.data, s.due_at, s.deadline,
+       r.idempotency_key, s.state, s.fence, s.lease_until, s.attempts, s.next_attempt_at, s.enqueued_at,
+       coalesce(s.last_error, ''), coalesce(s.reason, ''), r.created_at, s.updated_at, s.finished_at,
+       coalesce(s.tz, ''), s.requested_due_at,
+       (extract(epoch FROM s.window_open) / 60)::int, (extract(epoch FROM s.window_close) / 60)::int, s.window_days
+  FROM reminders r
+  JOIN reminder_state s ON s.id = r.id
+ WHERE r.id = coalesce($1::bigint, (SELECT k.id FROM reminders k WHERE k.tenant = $2::text AND k.key = $3::text));

@@ -11,13 +11,7 @@ import (
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
-const reminderColumns = `id, tenant, key, channel, recipient, template, data, due_at, deadline,
-	idempotency_key, state, fence, lease_until, attempts, next_attempt_at, enqueued_at,
-	coalesce(last_error, ''), coalesce(reason, ''), created_at, updated_at, finished_at,
-	coalesce(tz, ''), requested_due_at,
-	(extract(epoch FROM window_open) / 60)::int, (extract(epoch FROM window_close) / 60)::int, window_days`
-
-// scanReminder reads a row selected with reminderColumns.
+// scanReminder reads a row of the statement Get.
 func scanReminder(row pgx.Row) (reminder.Reminder, error) {
 	var r reminder.Reminder
 	var open, close, days *int32
@@ -34,7 +28,7 @@ func scanReminder(row pgx.Row) (reminder.Reminder, error) {
 
 // Get returns the reminder with the given id, or ErrNotFound.
 func Get(ctx context.Context, q Querier, id int64) (reminder.Reminder, error) {
-	r, err := scanReminder(q.QueryRow(ctx, `SELECT `+reminderColumns+` FROM reminders WHERE id = $1`, id))
+	r, err := scanReminder(q.QueryRow(ctx, query("Get"), id, nil, nil))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("reading reminder %d: %w", id, ErrNotFound)
 	}
@@ -46,8 +40,7 @@ func Get(ctx context.Context, q Querier, id int64) (reminder.Reminder, error) {
 
 // GetByKey returns the reminder with the logical key (tenant, key), or ErrNotFound.
 func GetByKey(ctx context.Context, q Querier, tenant, key string) (reminder.Reminder, error) {
-	r, err := scanReminder(q.QueryRow(ctx,
-		`SELECT `+reminderColumns+` FROM reminders WHERE tenant = $1 AND key = $2`, tenant, key))
+	r, err := scanReminder(q.QueryRow(ctx, query("Get"), nil, tenant, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("reading reminder %s/%s: %w", tenant, key, ErrNotFound)
 	}

@@ -225,7 +225,7 @@ func run(console bool) error {
 	defer pool.Close()
 	for {
 		var open int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM reminders
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM reminder_state
 			WHERE state NOT IN ('delivered', 'failed', 'expired', 'canceled')`).Scan(&open); err != nil {
 			return fmt.Errorf("counting open reminders: %w", err)
 		}
@@ -351,7 +351,7 @@ func writeReminders(path string, now time.Time) ([][2]string, error) {
 }
 
 func countStates(ctx context.Context, pool *pgxpool.Pool) (map[string]map[string]int64, error) {
-	rows, err := pool.Query(ctx, `SELECT channel, state, count(*) FROM reminders GROUP BY 1, 2`)
+	rows, err := pool.Query(ctx, `SELECT channel, state, count(*) FROM reminder_state GROUP BY 1, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("counting reminders: %w", err)
 	}
