@@ -16,10 +16,7 @@
 -- then finds it purged and refuses it); SKIP LOCKED leaves rows another
 -- transaction holds for the next pass. Returns the counts, then each purged
 -- row's id and masked recipient for PurgeWideRows, which empties the wide
--- row's payload in the same transaction: a second statement, because a
--- statement that wrote both tables would have its state write undone by
--- the mirror (0032 copies a written reminders row's state columns, as that
--- statement saw them, over reminder_state at its end).
+-- row's payload in the same transaction, while these rows stay locked.
 WITH old AS (
     SELECT s.id, s.channel
       FROM reminder_state s

@@ -12,11 +12,10 @@
 -- (nudge_invalid) and the same idempotency rule as nudge_try_schedule, which
 -- a web tier calls for one reminder. Within a batch the first valid
 -- occurrence of a key is the one created; later ones are compared with it.
--- The state row of each created reminder is made by the mirror (0032) at
--- the statement's end. (Writing it here too, as the release without the
--- mirror needs, requires INSERT (id) on reminder_state for the roles that
--- run this statement, nudge_operator and nudge_planner: a schema grant this
--- release does not have yet.)
+-- Each created reminder's state row is inserted here too (state: its
+-- CTE): this release's forward mirror (0032) would make it at the
+-- statement's end and then finds it made; the release that drops the mirror
+-- relies on this statement alone.
 WITH raw AS MATERIALIZED (
     -- Materialized so data is parsed once and nudge_invalid, taking plain
     -- columns, is inlined into the statement. Local wall times are resolved
@@ -59,6 +58,10 @@ WITH raw AS MATERIALIZED (
         ON CONFLICT ON CONSTRAINT reminders_logical_key DO NOTHING
     RETURNING t.id, t.tenant, t.key, t.channel, t.recipient, t.template, t.data, t.due_at, t.deadline, t.tz,
               t.window_open, t.window_close, t.window_days
+), state AS (
+    INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days)
+    SELECT id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days FROM ins ORDER BY id
+        ON CONFLICT (id) DO NOTHING
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, NULL, 'pending', 0, $9, 'scheduled', 'scheduled', now() FROM ins
