@@ -7,21 +7,42 @@
 -- forward trigger copies every later one), and returns the last id looked
 -- at, NULL when none was left. ON CONFLICT: a row the trigger copied first
 -- keeps that newer copy.
+--
+-- The rows copied are locked (FOR SHARE OF r) and read as locked: the
+-- previous release's fleet keeps writing reminders meanwhile, and the
+-- forward trigger of a write to a row without its state row has nothing to
+-- update. Unlocked, a write committed while the batch ran was lost: the
+-- batch copied the row as its snapshot saw it, before the write
+-- (schema/state_mirror_test.go, TestMirrorBackfillRacingAWriteOfTheOldRelease).
+-- Locked, the batch waits for a write in flight and copies the row as
+-- written, and a later write waits for the batch, then finds the state row
+-- and its trigger updates it. The lock costs one tuple lock per copied row,
+-- once (docs/deploy.md); rows that have their state row are not locked.
 WITH batch AS (
     SELECT id FROM reminders WHERE id > @after ORDER BY id LIMIT @size
-), copied AS (
-    INSERT INTO reminder_state (id, tenant, channel, state, fence, due_at, deadline, lease_until, attempts,
-                                republishes, next_attempt_at, enqueued_at, dispatch_batch, updated_at, finished_at,
-                                purged_at, requested_due_at, claimed_at, claimed_fence, claimed_by, started_at,
-                                started_fence, started_by, delivered_by, reason, last_error, tz, window_open,
-                                window_close, window_days)
+), missing AS (
     SELECT r.id, r.tenant, r.channel, r.state, r.fence, r.due_at, r.deadline, r.lease_until, r.attempts,
            r.republishes, r.next_attempt_at, r.enqueued_at, r.dispatch_batch, r.updated_at, r.finished_at,
            r.purged_at, r.requested_due_at, r.claimed_at, r.claimed_fence, r.claimed_by, r.started_at,
            r.started_fence, r.started_by, r.delivered_by, r.reason, r.last_error, r.tz, r.window_open,
            r.window_close, r.window_days
       FROM reminders r JOIN batch USING (id)
+     WHERE NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = r.id)
      ORDER BY r.id
+       FOR SHARE OF r
+), copied AS (
+    INSERT INTO reminder_state (id, tenant, channel, state, fence, due_at, deadline, lease_until, attempts,
+                                republishes, next_attempt_at, enqueued_at, dispatch_batch, updated_at, finished_at,
+                                purged_at, requested_due_at, claimed_at, claimed_fence, claimed_by, started_at,
+                                started_fence, started_by, delivered_by, reason, last_error, tz, window_open,
+                                window_close, window_days)
+    SELECT id, tenant, channel, state, fence, due_at, deadline, lease_until, attempts,
+           republishes, next_attempt_at, enqueued_at, dispatch_batch, updated_at, finished_at,
+           purged_at, requested_due_at, claimed_at, claimed_fence, claimed_by, started_at,
+           started_fence, started_by, delivered_by, reason, last_error, tz, window_open,
+           window_close, window_days
+      FROM missing
+     ORDER BY id
     ON CONFLICT (id) DO NOTHING
 )
 SELECT max(id) FROM batch;

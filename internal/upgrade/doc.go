@@ -1,8 +1,10 @@
 // Package upgrade tests a rolling upgrade: the binaries of the last release
 // (OldRelease, built from git) run a fleet on the schema their nudgectl
 // migrated; while they deliver, this tree's nudgectl migrates, and the fleet
-// is replaced one component at a time (the reconciler, then the workers, then
-// the dispatcher with batch envelopes on), old and new side by side on the same schema and queues. It
+// is replaced in the order docs/deploy.md gives for this release (the
+// claimers, dispatcher, workers and reconciler, as a group: every old one
+// stopped, then every new one started, on the same schema and queues), while
+// both releases' nudgectl schedule and cancel throughout. It
 // then checks what users and operators would see: every reminder terminal
 // with a reason, nothing sent twice or after its deadline by the provider's
 // own record, timelines that read whole through the new nudgectl, dead

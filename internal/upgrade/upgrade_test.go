@@ -29,7 +29,7 @@ import (
 // OldRelease is the commit of the last landed release, whose binaries the
 // rolling upgrade starts from: main when the release was cut. Move it to the
 // new release's commit at each release, once its migrations have landed.
-const OldRelease = "27063d5"
+const OldRelease = "0dbb7c8"
 
 // commands are the binaries the fleet and the operator use, of either release.
 var commands = []string{"nudgectl", "dispatcher", "sms-worker", "email-worker", "reconciler"}
@@ -41,9 +41,9 @@ var (
 	// newArgs are flags only this tree's binaries get, by command: what a
 	// release turns on behind a flag (batch envelopes from the dispatcher,
 	// say) must run beside the old fleet too. Every flag here must exist.
-	// None today: the new dispatcher publishes envelopes of its default
-	// size (50, above the workers' --batch) beside the old dispatcher's
-	// single messages; OldRelease's workers read envelopes too.
+	// None today: both releases' dispatchers publish envelopes of 50 (the
+	// default since OldRelease, above the workers' --batch), and both
+	// releases' workers read them.
 	newArgs = map[string][]string{}
 	// A send timeout well above Mailpit's latency on a loaded machine: a
 	// relay that accepted after the worker gave up would be sent twice.
@@ -263,26 +263,26 @@ func TestRollingUpgrade(t *testing.T) {
 	add("new", stream("new", 300, at(10*time.Second), at(45*time.Second)))
 	add("old", stream("old-late", 200, at(10*time.Second), at(45*time.Second)))
 
-	// 3. The order docs/deploy.md gives. The reconciler first (its
-	// retention keeps the events schema 30 folds into the row), new beside
-	// old, then new alone.
-	sleepUntil(12 * time.Second)
-	f.start("new", "reconciler", reconcilerArgs...)
-	sleepUntil(15 * time.Second)
-	f.stop(oldReconciler)
-	// The workers: new beside old on the same queues, then new alone.
+	// 3. The claimers roll as a group, the order docs/deploy.md gives for
+	// schema versions 32–34: an old claimer's statement locks reminders
+	// rows and then (the mirror) their state rows, a new one's may lock the
+	// state rows first, so side by side on the same rows they could
+	// deadlock (SQLSTATE 40P01, logged, which fails this test). Every old
+	// claimer stops as a rollout stops it (SIGTERM, drained), then every new
+	// one starts; reminders coming due wait in between. Intake and nudgectl
+	// of both releases go on throughout.
+	sleepUntil(14 * time.Second)
+	for _, p := range []*proc{oldDispatcher, oldSMS, oldEmail, oldReconciler} {
+		f.stop(p)
+	}
 	sleepUntil(16 * time.Second)
+	f.start("new", "reconciler", reconcilerArgs...)
 	f.start("new", "sms-worker", workerArgs...)
 	f.start("new", "email-worker", workerArgs...)
-	sleepUntil(24 * time.Second)
-	f.stop(oldSMS)
-	f.stop(oldEmail)
-	// The dispatcher: new (publishing envelopes) beside old, then new alone.
-	sleepUntil(26 * time.Second)
 	f.start("new", "dispatcher", dispatcherArgs...)
+	sleepUntil(26 * time.Second)
 	f.ctl("old", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-old2-", "--reason", "upgrade test: old nudgectl, new schema")
 	sleepUntil(34 * time.Second)
-	f.stop(oldDispatcher)
 	f.ctl("new", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-new-", "--reason", "upgrade test: new nudgectl")
 
 	// 4. The new fleet alone until every reminder is terminal.

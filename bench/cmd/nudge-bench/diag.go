@@ -30,7 +30,7 @@ func statementOf(q string) string {
 		return "RecordOutcomes"
 	case strings.Contains(q, "WITH raw AS MATERIALIZED"):
 		return "ScheduleMany (seeding, before the clock starts)"
-	case strings.Contains(q, "SELECT count(*) FROM reminders"):
+	case strings.Contains(q, "SELECT count(*) FROM reminders"), strings.Contains(q, "SELECT count(*) FROM reminder_state"):
 		return "(harness poll)"
 	case q == "":
 		return "(none)"

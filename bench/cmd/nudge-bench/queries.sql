@@ -4,7 +4,11 @@
 -- internal/sqlfile; the Go code names each one it runs. The event trail is
 -- the view reminder_timeline (schema version 30): the events stored in
 -- reminder_events and those the happy path folds into the reminder's row,
--- with the same columns, so every figure is computed as before.
+-- with the same columns, so every figure is computed as before. What
+-- measures state (how many reminders are terminal, delivered, due, and the
+-- times of their moves) reads reminder_state (schema version 32: the state
+-- columns, mirrored from reminders until the next release drops them
+-- there); what the harness seeds, and the payload, stay on reminders.
 
 -- ---------------------------------------------------------------- progress
 
@@ -12,11 +16,11 @@
 -- The end-to-end runs poll this until every reminder reached a terminal state.
 -- The measured reminders are those numbered below @below (warmIDBase); the
 -- warm-up's are numbered from it (WarmupIDs).
-SELECT count(*) FROM reminders WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND id < @below;
+SELECT count(*) FROM reminder_state WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND id < @below;
 
 -- name: WarmupTerminal
 -- The warm-up's reminders (numbered from @below) in a terminal state.
-SELECT count(*) FROM reminders WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND id >= @below;
+SELECT count(*) FROM reminder_state WHERE state IN ('delivered', 'failed', 'expired', 'canceled') AND id >= @below;
 
 -- name: WarmupIDs
 -- The warm-up's reminders and events are numbered from @base, above the
@@ -30,10 +34,10 @@ SELECT setval(pg_get_serial_sequence('reminders', 'id'), @base),
 -- once in these runs), and how many are terminal.
 SELECT (SELECT coalesce(sum(confirmed), 0) FROM publish_confirms),
        count(*) FILTER (WHERE state IN ('delivered', 'failed', 'expired', 'canceled'))
-  FROM reminders;
+  FROM reminder_state;
 
 -- name: DeliveredCount
-SELECT count(*) FROM reminders WHERE state = 'delivered' AND id < @below;
+SELECT count(*) FROM reminder_state WHERE state = 'delivered' AND id < @below;
 
 -- name: RiverCompleted
 -- The jobs of @queue completed (the measured jobs are in the default queue,
@@ -92,7 +96,7 @@ WITH ev AS (
            min(e.at) FILTER (WHERE e.from_state = 'pending' AND e.to_state = 'enqueued') AS claimed,
            min(e.at) FILTER (WHERE e.to_state = 'sending') AS started,
            max(e.at) FILTER (WHERE e.to_state IN ('delivered', 'failed', 'expired', 'canceled')) AS done
-      FROM reminders m
+      FROM reminder_state m
       JOIN reminder_timeline e ON e.reminder_id = m.id
       LEFT JOIN publish_confirms c ON c.batch = m.dispatch_batch
      GROUP BY m.id, m.due_at, c.confirmed_at
@@ -114,7 +118,7 @@ SELECT hop, count(d), count(*) FILTER (WHERE d < interval '0'),
 
 -- name: StreamSpan
 -- The latency run's delivered rate: reminders over first due → last terminal.
-SELECT count(*) FILTER (WHERE state = 'delivered'), min(due_at), max(finished_at) FROM reminders;
+SELECT count(*) FILTER (WHERE state = 'delivered'), min(due_at), max(finished_at) FROM reminder_state;
 
 -- ----------------------------------------------------------------- scale
 
@@ -174,9 +178,11 @@ SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), pg_get_expr(
 
 -- name: ScaleShape
 -- What the built table holds: rows, pending rows due by @now, and its size
--- with indexes and TOAST.
-SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now), pg_total_relation_size('reminders')
-  FROM reminders;
+-- with indexes and TOAST: reminders and its state rows (reminder_state, where
+-- the claim reads since schema version 32) together.
+SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now),
+       pg_total_relation_size('reminders') + pg_total_relation_size('reminder_state')
+  FROM reminder_state;
 
 -- name: CountEveryOpenRow
 -- What the DB collector counted per scrape before migration 0023: every open
@@ -230,7 +236,7 @@ SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU')
  WHERE state = 'active' AND pid <> pg_backend_pid() AND datname = current_database();
 
 -- name: EnqueuedSample
-SELECT id, fence FROM reminders WHERE state = 'enqueued' ORDER BY id LIMIT 50;
+SELECT id, fence FROM reminder_state WHERE state = 'enqueued' ORDER BY id LIMIT 50;
 
 -- ------------------------------------------------------------ planning
 
