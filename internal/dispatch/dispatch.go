@@ -222,10 +222,11 @@ func (e *Enqueuer) messages(toPublish []store.Claimed, size int, now time.Time) 
 	return msgs, of, nil
 }
 
-// single is the message of one reminder.
+// single is the message of one reminder: its id and fence, no idempotency
+// key (the worker reads it from the row it claims; see message.Envelope).
 func (e *Enqueuer) single(c store.Claimed, now time.Time) (broker.Outgoing, error) {
 	body, headers, err := e.Keys.Seal(message.Envelope{
-		ReminderID: c.ID, Fence: c.Fence, IdempotencyKey: c.IdempotencyKey, Channel: string(c.Channel),
+		ReminderID: c.ID, Fence: c.Fence, Channel: string(c.Channel),
 		Tenant: c.Tenant, Deadline: c.Deadline, Attempt: c.Attempts, FirstSeen: now,
 	})
 	if err != nil {
@@ -234,14 +235,15 @@ func (e *Enqueuer) single(c store.Claimed, now time.Time) (broker.Outgoing, erro
 	return e.outgoing(c.Channel, strconv.FormatInt(c.ID, 10)+"-"+strconv.FormatInt(c.Fence, 10), headers, body, now), nil
 }
 
-// batch is the message.Batch of the reminders toPublish[idx] (of one channel).
+// batch is the message.Batch of the reminders toPublish[idx] (of one
+// channel), without idempotency keys, as single.
 func (e *Enqueuer) batch(toPublish []store.Claimed, idx []int, now time.Time) (broker.Outgoing, error) {
 	first := toPublish[idx[0]]
 	b := message.Batch{Channel: string(first.Channel), FirstSeen: now, Entries: make([]message.Entry, len(idx))}
 	for j, i := range idx {
 		c := &toPublish[i]
-		b.Entries[j] = message.Entry{ReminderID: c.ID, Fence: c.Fence, IdempotencyKey: c.IdempotencyKey,
-			Tenant: c.Tenant, Deadline: c.Deadline, Attempt: c.Attempts}
+		b.Entries[j] = message.Entry{ReminderID: c.ID, Fence: c.Fence, Tenant: c.Tenant,
+			Deadline: c.Deadline, Attempt: c.Attempts}
 	}
 	body, headers, err := e.Keys.SealBatch(b)
 	if err != nil {

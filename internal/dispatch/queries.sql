@@ -18,18 +18,18 @@ VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released,
 -- nothing is claimed for publishing. One row per channel: how many.
 WITH late AS (
     SELECT id
-      FROM reminders
+      FROM reminder_state
      WHERE state = 'pending' AND deadline <= @now AND due_at <= @cutoff
      ORDER BY deadline
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
 ), upd AS (
-    UPDATE reminders r
-       SET state = 'expired', fence = r.fence + 1, lease_until = NULL,
+    UPDATE reminder_state s
+       SET state = 'expired', fence = s.fence + 1, lease_until = NULL,
            reason = 'deadline passed before dispatch', finished_at = @now, updated_at = @now
       FROM late
-     WHERE r.id = late.id AND (r.state = 'pending') IS TRUE
- RETURNING r.id, r.fence, r.channel
+     WHERE s.id = late.id AND (s.state = 'pending') IS TRUE
+ RETURNING s.id, s.fence, s.channel
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, 'pending', 'expired', fence, @actor, 'deadline_before_dispatch', 'deadline passed before dispatch', @now

@@ -39,7 +39,7 @@ type Batch struct {
 type Entry struct {
 	ReminderID     int64     `json:"id"`
 	Fence          int64     `json:"fence"`
-	IdempotencyKey string    `json:"key"`
+	IdempotencyKey string    `json:"key"` // empty since schema version 32: see Envelope
 	Tenant         string    `json:"tenant"`
 	Deadline       time.Time `json:"deadline"`
 	Attempt        int       `json:"attempt,omitempty"`
@@ -52,9 +52,9 @@ const BatchVersion = 2
 // MaxBatchEntries bounds the entries of a Batch.
 const MaxBatchEntries = 100
 
-// MaxBatchBodyBytes bounds a Batch body. An entry is about 200 bytes (a
-// 70-byte idempotency key, a short tenant), so MaxBatchEntries of them take
-// about 20 KiB; the bound leaves room for long tenants and stays below the
+// MaxBatchBodyBytes bounds a Batch body. An entry is about 200 bytes with a
+// 70-byte idempotency key (as dispatchers before schema version 32 sent it)
+// and a short tenant, so MaxBatchEntries of them take about 20 KiB; the bound leaves room for long tenants and stays below the
 // broker's max_message_size (64 KiB, deploy/rabbitmq/rabbitmq.conf) with
 // the headers. A batch that would be larger is refused by SealBatch
 // (ErrTooLarge) and the dispatcher cuts it in two. Like MaxBodyBytes, it is

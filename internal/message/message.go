@@ -55,7 +55,11 @@ type Envelope struct {
 	// Fence is the reminder's fencing token when the message was published. A
 	// worker may claim the reminder only while the row still has this fence.
 	Fence int64 `json:"fence"`
-	// IdempotencyKey is the reminder's stable key, for logs and providers.
+	// IdempotencyKey was the reminder's stable key. The dispatcher leaves
+	// it empty since schema version 32 (its claim reads no wide row): the
+	// worker takes the key from the row its claim reads, as every release
+	// has. The field stays so that messages keep the shape that workers of
+	// earlier releases decode strictly.
 	IdempotencyKey string `json:"key"`
 	// Channel is the channel whose queue carries the message.
 	Channel string `json:"channel"`

@@ -24,6 +24,14 @@ import (
 // columns off the wide reminders row save per delivered reminder? Two
 // layouts (testdata/layouts.sql) against today's, each in a scratch schema of
 // its own: the real migrations, the real intake, then the layout's Setup.
+//
+// Since schema version 32 the real migrations create reminder_state and its
+// mirror, and internal/store's statements write it. The comparison stays
+// the design's, without the mirror: every layout's schema first drops the
+// mirror triggers and the real reminder_state (testdata/layouts.sql's
+// DropMirror), and "today" means the statements of schema version 31, the
+// last release before the move (testdata/queries_v31.sql, verbatim from git
+// show 0dbb7c8:internal/store/queries.sql), on the wide reminders row alone.
 
 // layout is where a reminder's columns live. Today's is one table; the
 // others split it in two: hot (state, fence, leases, the happy path's slots,
@@ -35,12 +43,20 @@ type layout struct {
 	hot, cold string
 	claimFrom string // where the dispatcher's claim reads zone, window and key: cold unless set
 	setup     string // the testdata/layouts.sql statement that builds it from today's
+	// release runs this release's statements (queries.sql) on the real
+	// schema, mirror included, instead of a layout without the mirror.
+	release bool
 }
 
 var (
-	layoutToday  = layout{name: "today", hot: "reminders"}
-	layoutNarrow = layout{name: "A narrow", hot: "reminder_state", cold: "reminders", setup: "SetupNarrow"}
-	layoutSplit  = layout{name: "B split", hot: "reminders", cold: "reminder_payloads", setup: "SetupSplit"}
+	// layoutToday is schema version 31's statements on the wide row, the
+	// mirror dropped: what the layouts are measured against.
+	layoutToday = layout{name: "today", hot: "reminders"}
+	// layoutRelease is this release's statements as the binaries run them
+	// (on reminder_state, mirrored to reminders): BenchmarkStatementCosts'.
+	layoutRelease = layout{name: "release", hot: "reminder_state", release: true}
+	layoutNarrow  = layout{name: "A narrow", hot: "reminder_state", cold: "reminders", setup: "SetupNarrow"}
+	layoutSplit   = layout{name: "B split", hot: "reminders", cold: "reminder_payloads", setup: "SetupSplit"}
 	// A' is A whose dispatcher's claim reads no wide row (testdata/layouts.sql).
 	layoutNarrowOnly = layout{name: "A' narrow", hot: "reminder_state", cold: "reminders", setup: "SetupNarrow",
 		claimFrom: "(SELECT id, tz, window_open, window_close, window_days, NULL::text AS idempotency_key FROM reminder_state)"}
@@ -50,6 +66,13 @@ var (
 var layoutQueries = sync.OnceValues(func() (sqlfile.Queries, error) {
 	src, err := os.ReadFile("testdata/layouts.sql")
 	return sqlfile.Parse("testdata/layouts.sql", string(src)), err
+})
+
+// v31Queries are internal/store's statements of schema version 31, the
+// layouts' "today".
+var v31Queries = sync.OnceValues(func() (sqlfile.Queries, error) {
+	src, err := os.ReadFile("testdata/queries_v31.sql")
+	return sqlfile.Parse("testdata/queries_v31.sql", string(src)), err
 })
 
 // layoutSQL is testdata/layouts.sql's statement called name, with the
@@ -64,22 +87,34 @@ func (l layout) layoutSQL(name string) string {
 
 // sql is the statement called name as the layout runs it: the three that
 // rewrite the reminder from testdata/layouts.sql, any other (the
-// dispatcher's confirmation) as today.
+// dispatcher's confirmation) as today (schema version 31); this release's
+// own from queries.sql.
 func (l layout) sql(name string) string {
+	if l.release {
+		return query(name)
+	}
 	if l.cold != "" && slices.Contains([]string{"ClaimDue", "ClaimForDelivery", "RecordOutcomes"}, name) {
 		return l.layoutSQL(name)
 	}
-	return query(name)
+	q, err := v31Queries()
+	if err != nil {
+		panic(err)
+	}
+	return q.Get(name)
 }
 
 // build moves a schema's reminders (scheduled through the intake) into
-// the layout's tables.
+// the layout's tables, after dropping the mirror (all but this release's).
 func (l layout) build(tb testing.TB, db *testenv.DB) {
 	tb.Helper()
-	if l.setup == "" {
+	if l.release {
 		return
 	}
-	for _, name := range []string{l.setup, "StateIndexes"} {
+	names := []string{"DropMirror"}
+	if l.setup != "" {
+		names = append(names, l.setup, "StateIndexes")
+	}
+	for _, name := range names {
 		if _, err := db.Pool.Exec(context.Background(), l.layoutSQL(name)); err != nil {
 			tb.Fatalf("%s: %v", name, err)
 		}
@@ -320,6 +355,11 @@ func BenchmarkLayoutsSpreadClaim(b *testing.B) {
 // layout from them and analyzes its tables.
 func spreadFill(tb testing.TB, db *testenv.DB, lay layout, size, due int, now time.Time) {
 	ctx := context.Background()
+	if !lay.release { // no mirror to copy the fill (build drops it anyway)
+		if _, err := db.Pool.Exec(ctx, lay.layoutSQL("DropMirror")); err != nil {
+			tb.Fatalf("DropMirror: %v", err)
+		}
+	}
 	if _, err := db.Pool.Exec(ctx, layoutNarrow.layoutSQL("SpreadFill"), pgx.NamedArgs{"size": size, "due": due, "now": now}); err != nil {
 		tb.Fatalf("SpreadFill: %v", err)
 	}
@@ -393,10 +433,13 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// The layouts' statements are today's, moved: from the same reminders they
-// return the same columns and leave every reminder in the same state, fence,
-// attempt count and happy-path slots, with the same attempts and events. A
-// bench that measured statements doing less would say nothing.
+// The layouts' statements are today's (schema version 31's), moved: from the
+// same reminders they return the same columns and leave every reminder in
+// the same state, fence, attempt count and happy-path slots, with the same
+// attempts and events. A bench that measured statements doing less would
+// say nothing. So do this release's statements (queries.sql, on the real
+// reminder_state with its mirror), whose dispatcher's claim returns no
+// idempotency key.
 func TestLayoutsRunTodaysStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -444,4 +487,15 @@ func TestLayoutsRunTodaysStatements(t *testing.T) {
 			require.Equal(t, want.events, got.events, "events")
 		})
 	}
+	t.Run(layoutRelease.name, func(t *testing.T) {
+		t.Parallel()
+		got := run(t, layoutRelease)
+		columns := maps.Clone(want.columns)
+		columns["ClaimDue"] = slices.DeleteFunc(slices.Clone(columns["ClaimDue"]),
+			func(c string) bool { return strings.HasPrefix(c, "idempotency_key ") })
+		require.Len(t, columns["ClaimDue"], len(want.columns["ClaimDue"])-1)
+		require.Equal(t, columns, got.columns, "returned columns")
+		require.Equal(t, want.rows, got.rows, "reminders and attempts after two claims of 500")
+		require.Equal(t, want.events, got.events, "events")
+	})
 }

@@ -1,5 +1,5 @@
 -- Every statement the dispatcher, workers and reconciler run against the
--- reminders table. Each transition is one statement that updates the rows,
+-- reminders. Each transition is one statement that updates the rows,
 -- appends their events and returns what changed, for a whole batch at once;
 -- each is guarded by the fence (and the state) it expects, so a writer whose
 -- lease was taken over changes nothing. Time always comes from the caller's
@@ -15,11 +15,22 @@
 -- reminder_events row, when the slot is empty; every other move appends its
 -- event. Readers see both through the view reminder_timeline.
 --
+-- Since schema version 32 a reminder's state lives in its reminder_state row
+-- (alias s: state, fence, times, leases, slots, and the tenant, channel,
+-- zone and own window it is judged by), which every statement here reads,
+-- locks and writes; the wide reminders row (alias r) is only joined by
+-- primary key for what only it holds (recipient, template, data, the
+-- idempotency key), never locked or written. Migration 32's mirror copies
+-- each write of reminder_state to reminders within the statement's
+-- transaction, for the previous release's binaries (the next release drops
+-- the mirror and the state columns of reminders: nothing here reads them).
+-- The dispatcher's claims (ClaimDue, Reclaim) read no wide row at all.
+--
 -- Statements that work on rows named by id test the state as
--- "(r.state ...) IS TRUE". The planner cannot prove a partial index's
+-- "(s.state ...) IS TRUE". The planner cannot prove a partial index's
 -- predicate from that form, so it looks the rows up by primary key. From a
--- plain "r.state IN (...)" it proves the predicate of reminders_unsent_deadline
--- (or reminders_pending_due, reminders_leases) and, on a table without
+-- plain "s.state IN (...)" it proves the predicate of reminder_state_unsent_deadline
+-- (or reminder_state_pending_due, reminder_state_leases) and, on a table without
 -- statistics (just after a bulk intake), estimates a scan of that index at a
 -- few rows: the scan then reads every open row to find a batch of 50 (20 ms
 -- at a 20,000-row backlog, against 2 ms by key).
@@ -33,45 +44,52 @@
 -- takes an even part from every tenant with due rows (round robin, each
 -- tenant's in due order), so a tenant's large backlog is published
 -- interleaved with the other tenants' reminders, not ahead of them. The
--- tenants are found by a skip scan of reminders_pending_tenant: one index
--- probe per tenant with pending rows.
+-- tenants are found by a skip scan of reminder_state_pending_tenant: one
+-- index probe per tenant with pending rows. It reads no wide row (the zone
+-- and own window are on the state row) and returns no idempotency key: the
+-- dispatcher's message carries the id and fence, and the worker takes the
+-- key from the row its claim reads (ClaimForDelivery, LoadForDelivery).
 WITH RECURSIVE tenants(tenant) AS (
-    (SELECT r.tenant FROM reminders r WHERE r.state = 'pending' ORDER BY r.tenant LIMIT 1)
+    (SELECT s.tenant FROM reminder_state s WHERE s.state = 'pending' ORDER BY s.tenant LIMIT 1)
   UNION ALL
-    SELECT (SELECT r.tenant FROM reminders r
-             WHERE r.state = 'pending' AND r.tenant > t.tenant ORDER BY r.tenant LIMIT 1)
+    SELECT (SELECT s.tenant FROM reminder_state s
+             WHERE s.state = 'pending' AND s.tenant > t.tenant ORDER BY s.tenant LIMIT 1)
       FROM tenants t
      WHERE t.tenant IS NOT NULL
 ), due_tenants AS (
     SELECT t.tenant FROM tenants t
      WHERE t.tenant IS NOT NULL
-       -- the tenant's earliest pending row, one probe of reminders_pending_tenant
-       AND (SELECT r.due_at FROM reminders r
-             WHERE r.state = 'pending' AND r.tenant = t.tenant
-             ORDER BY r.due_at LIMIT 1) <= @cutoff
+       -- the tenant's earliest pending row, one probe of reminder_state_pending_tenant
+       AND (SELECT s.due_at FROM reminder_state s
+             WHERE s.state = 'pending' AND s.tenant = t.tenant
+             ORDER BY s.due_at LIMIT 1) <= @cutoff
 ), quota AS (
     SELECT greatest(1, ceil(@limit::float8 / count(*)))::bigint AS n FROM due_tenants
 ), picks AS (
     SELECT p.id, p.due_at, p.turn
       FROM due_tenants t
      CROSS JOIN LATERAL (
-           SELECT r.id, r.due_at, row_number() OVER (ORDER BY r.due_at, r.id) AS turn
-             FROM reminders r
-            WHERE r.state = 'pending' AND r.tenant = t.tenant AND r.due_at <= @cutoff
-            ORDER BY r.due_at, r.id
+           SELECT s.id, s.due_at, row_number() OVER (ORDER BY s.due_at, s.id) AS turn
+             FROM reminder_state s
+            WHERE s.state = 'pending' AND s.tenant = t.tenant AND s.due_at <= @cutoff
+            ORDER BY s.due_at, s.id
             LIMIT (SELECT n FROM quota)) p
 ), due AS (
     -- The picked rows, locked, with what judging them needs (read here, not
     -- looked up again per row), and their own window as keys that = can
     -- join on (NULL never equals; the CHECK reminders_window keeps an own
-    -- window's open below 24:00, its close from 00:00 and its days from -1).
-    SELECT r.id, r.state AS old_state, r.tenant, r.channel, r.deadline, coalesce(r.tz, 'UTC') AS tz,
-           r.window_open, r.window_close, r.window_days, r.claimed_at IS NULL AS claim_slot_empty,
-           coalesce(r.window_open, time '24:00') AS own_open, coalesce(r.window_close, time '00:00') AS own_close,
-           coalesce(r.window_days, -1) AS own_days
-      FROM reminders r
-     WHERE r.id IN (SELECT id FROM picks ORDER BY turn, due_at, id LIMIT @limit)
-       AND (r.state = 'pending') IS TRUE AND r.due_at <= @cutoff
+    -- window's open below 24:00, its close from 00:00 and its days from -1,
+    -- and the state row holds the wide row's copy). Looked up by primary
+    -- key from an array of the picks: from "id IN (SELECT ...)" the planner
+    -- hashes the picks and scans the whole narrow table once it has
+    -- statistics (all 19,500 rows of a 20,000-row table, 4 ms, for 500).
+    SELECT s.id, s.state AS old_state, s.tenant, s.channel, s.deadline, coalesce(s.tz, 'UTC') AS tz,
+           s.window_open, s.window_close, s.window_days, s.claimed_at IS NULL AS claim_slot_empty,
+           coalesce(s.window_open, time '24:00') AS own_open, coalesce(s.window_close, time '00:00') AS own_close,
+           coalesce(s.window_days, -1) AS own_days
+      FROM reminder_state s
+     WHERE s.id = ANY(ARRAY(SELECT id FROM picks ORDER BY turn, due_at, id LIMIT @limit))
+       AND (s.state = 'pending') IS TRUE AND s.due_at <= @cutoff
        FOR UPDATE SKIP LOCKED
 ), policies AS MATERIALIZED (
     -- The send window that applies (nudge_send_window: the row's own, else
@@ -119,29 +137,29 @@ WITH RECURSIVE tenants(tenant) AS (
     -- open: enqueued; closed: stays pending, due at the opening (the due
     -- time asked for is kept in requested_due_at), under the same fence;
     -- deadline passed, or no opening before it: expired.
-    UPDATE reminders r
+    UPDATE reminder_state s
        SET state          = CASE j.verdict WHEN 'open' THEN 'enqueued' WHEN 'closed' THEN 'pending' ELSE 'expired' END,
-           fence          = CASE WHEN j.verdict = 'closed' THEN r.fence ELSE r.fence + 1 END,
+           fence          = CASE WHEN j.verdict = 'closed' THEN s.fence ELSE s.fence + 1 END,
            lease_until    = CASE WHEN j.verdict = 'open' THEN @lease_until::timestamptz END,
-           enqueued_at    = CASE WHEN j.verdict = 'open' THEN @now::timestamptz ELSE r.enqueued_at END,
-           dispatch_batch = CASE WHEN j.verdict = 'open' THEN batch.id ELSE r.dispatch_batch END,
-           due_at         = CASE WHEN j.verdict = 'closed' THEN j.opens_at ELSE r.due_at END,
-           requested_due_at = CASE WHEN j.verdict = 'closed' THEN coalesce(r.requested_due_at, r.due_at)
-                                   ELSE r.requested_due_at END,
+           enqueued_at    = CASE WHEN j.verdict = 'open' THEN @now::timestamptz ELSE s.enqueued_at END,
+           dispatch_batch = CASE WHEN j.verdict = 'open' THEN batch.id ELSE s.dispatch_batch END,
+           due_at         = CASE WHEN j.verdict = 'closed' THEN j.opens_at ELSE s.due_at END,
+           requested_due_at = CASE WHEN j.verdict = 'closed' THEN coalesce(s.requested_due_at, s.due_at)
+                                   ELSE s.requested_due_at END,
            reason         = CASE j.verdict
                                 WHEN 'deadline' THEN 'deadline passed before dispatch'
                                 WHEN 'no_window' THEN 'no send window opens before the deadline'
                                 WHEN 'closed' THEN 'send window closed; due again at its next opening'
-                                ELSE r.reason END,
+                                ELSE s.reason END,
            finished_at    = CASE WHEN j.verdict IN ('deadline', 'no_window') THEN @now::timestamptz END,
-           claimed_at     = CASE WHEN j.fold THEN @now::timestamptz ELSE r.claimed_at END,
-           claimed_fence  = CASE WHEN j.fold THEN r.fence + 1 ELSE r.claimed_fence END,
-           claimed_by     = CASE WHEN j.fold THEN @actor::text ELSE r.claimed_by END,
+           claimed_at     = CASE WHEN j.fold THEN @now::timestamptz ELSE s.claimed_at END,
+           claimed_fence  = CASE WHEN j.fold THEN s.fence + 1 ELSE s.claimed_fence END,
+           claimed_by     = CASE WHEN j.fold THEN @actor::text ELSE s.claimed_by END,
            updated_at     = @now
       FROM folds j, batch
-     WHERE r.id = j.id
- RETURNING r.id, j.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
-           r.due_at, r.dispatch_batch, r.reason, j.verdict, j.fold
+     WHERE s.id = j.id
+ RETURNING s.id, j.old_state, s.state, s.fence, s.channel, s.tenant, s.deadline, s.attempts,
+           s.due_at, s.dispatch_batch, s.reason, j.verdict, j.fold
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, state, fence, @actor,
@@ -153,7 +171,7 @@ WITH RECURSIVE tenants(tenant) AS (
       FROM claimed
      WHERE NOT fold
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch,
+SELECT id, state, fence, channel, tenant, deadline, attempts, due_at, dispatch_batch,
        -- more: some tenant filled its part, so due rows may be left
        EXISTS (SELECT 1 FROM picks, quota WHERE picks.turn = quota.n) AS more,
        CASE verdict WHEN 'deadline' THEN 'deadline_before_dispatch' WHEN 'no_window' THEN 'no_window_before_deadline'
@@ -167,10 +185,11 @@ SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, d
 -- as ClaimDue does, to be published again. Rows already past their deadline
 -- are left to ExpireOverdue, and enqueued or retrying rows of the @waiting
 -- channels (whose work queue has a backlog or no consumer: the message is
--- waiting, not lost) are left where they are.
+-- waiting, not lost) are left where they are. Like ClaimDue it reads no
+-- wide row and returns no idempotency key.
 WITH stuck AS (
     SELECT id, state AS old_state
-      FROM reminders
+      FROM reminder_state
      WHERE deadline > @now
        AND ((state = 'enqueued' AND enqueued_at <= @overdue_before AND NOT channel = ANY(@waiting::text[]))
          OR (state = 'retrying' AND next_attempt_at <= @overdue_before AND NOT channel = ANY(@waiting::text[]))
@@ -181,18 +200,18 @@ WITH stuck AS (
 ), batch AS (
     SELECT nextval('dispatch_batches') AS id
 ), claimed AS (
-    UPDATE reminders r
-       SET state = CASE WHEN r.republishes >= @max_republishes THEN 'quarantined' ELSE 'enqueued' END,
-           fence = r.fence + 1, republishes = r.republishes + 1, updated_at = @now,
-           lease_until = CASE WHEN r.republishes >= @max_republishes THEN NULL ELSE @lease_until::timestamptz END,
-           enqueued_at = CASE WHEN r.republishes >= @max_republishes THEN r.enqueued_at ELSE @now::timestamptz END,
-           dispatch_batch = CASE WHEN r.republishes >= @max_republishes THEN r.dispatch_batch ELSE batch.id END,
-           reason = CASE WHEN r.republishes >= @max_republishes
-                         THEN 'republished ' || r.republishes || ' times without an outcome' ELSE r.reason END
+    UPDATE reminder_state s
+       SET state = CASE WHEN s.republishes >= @max_republishes THEN 'quarantined' ELSE 'enqueued' END,
+           fence = s.fence + 1, republishes = s.republishes + 1, updated_at = @now,
+           lease_until = CASE WHEN s.republishes >= @max_republishes THEN NULL ELSE @lease_until::timestamptz END,
+           enqueued_at = CASE WHEN s.republishes >= @max_republishes THEN s.enqueued_at ELSE @now::timestamptz END,
+           dispatch_batch = CASE WHEN s.republishes >= @max_republishes THEN s.dispatch_batch ELSE batch.id END,
+           reason = CASE WHEN s.republishes >= @max_republishes
+                         THEN 'republished ' || s.republishes || ' times without an outcome' ELSE s.reason END
       FROM stuck, batch
-     WHERE r.id = stuck.id
- RETURNING r.id, stuck.old_state, r.state, r.fence, r.channel, r.tenant, r.idempotency_key, r.deadline, r.attempts,
-           r.reason, r.due_at, r.dispatch_batch
+     WHERE s.id = stuck.id
+ RETURNING s.id, stuck.old_state, s.state, s.fence, s.channel, s.tenant, s.deadline, s.attempts,
+           s.reason, s.due_at, s.dispatch_batch
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, state, fence, @actor,
@@ -204,7 +223,7 @@ WITH stuck AS (
                 ELSE 'message overdue; republishing' END, @now
       FROM claimed
 )
-SELECT id, state, fence, channel, tenant, idempotency_key, deadline, attempts, due_at, dispatch_batch, old_state
+SELECT id, state, fence, channel, tenant, deadline, attempts, due_at, dispatch_batch, old_state
   FROM claimed;
 
 -- name: ConfirmPublished
@@ -222,14 +241,14 @@ SELECT c.batch, @now, @actor, c.confirmed
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
+    SELECT s.id, s.state AS old_state, m.fence FROM m JOIN reminder_state s ON s.id = m.id
 ), upd AS (
-    UPDATE reminders r
-       SET state = 'pending', fence = r.fence + 1, lease_until = NULL, enqueued_at = NULL,
+    UPDATE reminder_state s
+       SET state = 'pending', fence = s.fence + 1, lease_until = NULL, enqueued_at = NULL,
            dispatch_batch = NULL, updated_at = @now, last_error = @reason
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('leased', 'enqueued')) IS TRUE
- RETURNING r.id, cur.old_state, r.fence
+     WHERE s.id = cur.id AND s.fence = cur.fence AND (s.state IN ('leased', 'enqueued')) IS TRUE
+ RETURNING s.id, cur.old_state, s.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'pending', fence, @actor, 'publish_not_confirmed', @reason, @now FROM upd
@@ -246,24 +265,24 @@ SELECT id FROM upd;
 -- reach the queue is then refused by its worker for the old fence.
 -- Returns how many returned to pending and how many leases were cleared.
 WITH stale AS (
-    SELECT r.id, r.state AS old_state, c.confirmed_at
-      FROM reminders r
-      LEFT JOIN publish_confirms c ON c.batch = r.dispatch_batch AND r.state = 'enqueued'
-     WHERE r.state IN ('leased', 'enqueued') AND r.lease_until <= @now
-     ORDER BY r.lease_until
+    SELECT s.id, s.state AS old_state, c.confirmed_at
+      FROM reminder_state s
+      LEFT JOIN publish_confirms c ON c.batch = s.dispatch_batch AND s.state = 'enqueued'
+     WHERE s.state IN ('leased', 'enqueued') AND s.lease_until <= @now
+     ORDER BY s.lease_until
      LIMIT @limit
-       FOR UPDATE OF r SKIP LOCKED
+       FOR UPDATE OF s SKIP LOCKED
 ), upd AS (
-    UPDATE reminders r
-       SET state          = CASE WHEN stale.confirmed_at IS NULL THEN 'pending' ELSE r.state END,
-           fence          = CASE WHEN stale.confirmed_at IS NULL THEN r.fence + 1 ELSE r.fence END,
-           enqueued_at    = CASE WHEN stale.confirmed_at IS NULL THEN NULL ELSE r.enqueued_at END,
-           dispatch_batch = CASE WHEN stale.confirmed_at IS NULL THEN NULL ELSE r.dispatch_batch END,
+    UPDATE reminder_state s
+       SET state          = CASE WHEN stale.confirmed_at IS NULL THEN 'pending' ELSE s.state END,
+           fence          = CASE WHEN stale.confirmed_at IS NULL THEN s.fence + 1 ELSE s.fence END,
+           enqueued_at    = CASE WHEN stale.confirmed_at IS NULL THEN NULL ELSE s.enqueued_at END,
+           dispatch_batch = CASE WHEN stale.confirmed_at IS NULL THEN NULL ELSE s.dispatch_batch END,
            lease_until    = NULL,
            updated_at     = @now
       FROM stale
-     WHERE r.id = stale.id
- RETURNING r.id, stale.old_state, r.state, r.fence
+     WHERE s.id = stale.id
+ RETURNING s.id, stale.old_state, s.state, s.fence
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'pending', fence, @actor, 'dispatch_lease_expired',
@@ -283,49 +302,49 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <
 -- it has nothing): UnknownAtDeadline and SettledByLookup settle those.
 -- One row per channel: how many expired, and how many of them were being
 -- sent under a send lease that had run out (lease expirations).
--- The rows not being sent are found by deadline (reminders_unsent_deadline),
--- the sending ones among the send leases that ran out (reminders_leases:
+-- The rows not being sent are found by deadline (reminder_state_unsent_deadline),
+-- the sending ones among the send leases that ran out (reminder_state_leases:
 -- since schema version 31 no deadline index holds sending rows); each part
 -- yields at most @limit, oldest deadline first, so their union holds the
 -- @limit oldest. The rows are then locked by primary key, and the whole
 -- test, written "(...) IS TRUE" so that it cannot pick an index, is made
 -- again on the version locked.
 WITH candidates AS (
-    (SELECT id, deadline FROM reminders
+    (SELECT id, deadline FROM reminder_state
       WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
         AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
                  AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
       ORDER BY deadline
       LIMIT @limit)
     UNION ALL
-    (SELECT id, deadline FROM reminders
+    (SELECT id, deadline FROM reminder_state
       WHERE state = 'sending' AND lease_until <= @now AND deadline <= @now
         AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
                  AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
       ORDER BY deadline
       LIMIT @limit)
 ), late AS (
-    SELECT r.id, r.state AS old_state
-      FROM reminders r
-     WHERE r.id IN (SELECT c.id FROM candidates c ORDER BY c.deadline LIMIT @limit)
-       AND (r.deadline <= @now
-            AND (r.state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
-              OR (r.state = 'sending' AND r.lease_until <= @now))) IS TRUE
-     ORDER BY r.deadline
+    SELECT s.id, s.state AS old_state
+      FROM reminder_state s
+     WHERE s.id IN (SELECT c.id FROM candidates c ORDER BY c.deadline LIMIT @limit)
+       AND (s.deadline <= @now
+            AND (s.state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+              OR (s.state = 'sending' AND s.lease_until <= @now))) IS TRUE
+     ORDER BY s.deadline
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
 ), upd AS (
-    UPDATE reminders r
-       SET state = 'expired', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+    UPDATE reminder_state s
+       SET state = 'expired', fence = s.fence + 1, lease_until = NULL, updated_at = @now,
            finished_at = @now,
            reason = CASE late.old_state
                         WHEN 'sending' THEN 'deadline passed; last send attempt outcome unknown'
                         ELSE 'deadline passed while ' || late.old_state
-                             || CASE WHEN nudge_outcome_unknown(r.id) THEN '; an earlier attempt''s outcome is unknown'
+                             || CASE WHEN nudge_outcome_unknown(s.id) THEN '; an earlier attempt''s outcome is unknown'
                                      ELSE '' END END
       FROM late
-     WHERE r.id = late.id
- RETURNING r.id, late.old_state, r.fence, r.reason, r.channel
+     WHERE s.id = late.id
+ RETURNING s.id, late.old_state, s.fence, s.reason, s.channel
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'expired', fence, @actor, 'deadline_passed', reason, @now FROM upd
@@ -336,30 +355,35 @@ SELECT channel, count(*), count(*) FILTER (WHERE old_state = 'sending') FROM upd
 -- The reminders ExpireOverdue holds for a lookup (see there), oldest
 -- deadline first, leaving out the @skip (asked about already this pass).
 -- Found as ExpireOverdue finds them: the rows not being sent by deadline,
--- the sending ones among the send leases that ran out.
-SELECT * FROM (
-    (SELECT id, fence, state, channel, tenant, recipient, idempotency_key, deadline
-       FROM reminders
-      WHERE deadline <= @now AND deadline > @now - @hold_for::interval
-        AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
-        AND channel = ANY(@channels::text[])
-        AND id <> ALL(@skip::bigint[])
-        AND nudge_outcome_unknown(id)
-      ORDER BY deadline
-      LIMIT @limit)
-    UNION ALL
-    (SELECT id, fence, state, channel, tenant, recipient, idempotency_key, deadline
-       FROM reminders
-      WHERE state = 'sending' AND lease_until <= @now
-        AND deadline <= @now AND deadline > @now - @hold_for::interval
-        AND channel = ANY(@channels::text[])
-        AND id <> ALL(@skip::bigint[])
-        AND nudge_outcome_unknown(id)
-      ORDER BY deadline
-      LIMIT @limit)
-) held
- ORDER BY deadline
- LIMIT @limit;
+-- the sending ones among the send leases that ran out (on the state rows),
+-- the recipient and idempotency key joined from the wide row by key for the
+-- @limit found, not before.
+SELECT h.id, h.fence, h.state, h.channel, h.tenant, r.recipient, r.idempotency_key, h.deadline
+  FROM (SELECT * FROM (
+            (SELECT id, fence, state, channel, tenant, deadline
+               FROM reminder_state
+              WHERE deadline <= @now AND deadline > @now - @hold_for::interval
+                AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+                AND channel = ANY(@channels::text[])
+                AND id <> ALL(@skip::bigint[])
+                AND nudge_outcome_unknown(id)
+              ORDER BY deadline
+              LIMIT @limit)
+            UNION ALL
+            (SELECT id, fence, state, channel, tenant, deadline
+               FROM reminder_state
+              WHERE state = 'sending' AND lease_until <= @now
+                AND deadline <= @now AND deadline > @now - @hold_for::interval
+                AND channel = ANY(@channels::text[])
+                AND id <> ALL(@skip::bigint[])
+                AND nudge_outcome_unknown(id)
+              ORDER BY deadline
+              LIMIT @limit)
+        ) held
+         ORDER BY deadline
+         LIMIT @limit) h
+  JOIN reminders r ON r.id = h.id
+ ORDER BY h.deadline;
 
 -- name: SettledByLookup
 -- The reconciler asked the provider about the unknown attempts of these
@@ -370,16 +394,16 @@ SELECT * FROM (
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @reasons::text[]) AS m(id, fence, reason)
 ), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence, m.reason FROM m JOIN reminders r ON r.id = m.id
+    SELECT s.id, s.state AS old_state, m.fence, m.reason FROM m JOIN reminder_state s ON s.id = m.id
 ), upd AS (
-    UPDATE reminders r
-       SET state = 'delivered', fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+    UPDATE reminder_state s
+       SET state = 'delivered', fence = s.fence + 1, lease_until = NULL, updated_at = @now,
            finished_at = @now, reason = cur.reason
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence
-       AND (r.state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
-         OR (r.state = 'sending' AND r.lease_until <= @now)) IS TRUE
- RETURNING r.id, cur.old_state, r.fence, r.reason
+     WHERE s.id = cur.id AND s.fence = cur.fence
+       AND (s.state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+         OR (s.state = 'sending' AND s.lease_until <= @now)) IS TRUE
+ RETURNING s.id, cur.old_state, s.fence, s.reason
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'delivered', fence, @actor, 'settled_by_lookup', reason, @now FROM upd
@@ -400,18 +424,18 @@ SELECT id FROM upd;
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[]) AS m(id, fence)
 ), cur AS (
-    SELECT r.id, r.state AS old_state, m.fence FROM m JOIN reminders r ON r.id = m.id
+    SELECT s.id, s.state AS old_state, m.fence FROM m JOIN reminder_state s ON s.id = m.id
 ), upd AS (
-    UPDATE reminders r
-       SET state = @state::text, fence = r.fence + 1, lease_until = NULL, updated_at = @now,
+    UPDATE reminder_state s
+       SET state = @state::text, fence = s.fence + 1, lease_until = NULL, updated_at = @now,
            finished_at = CASE WHEN @state::text IN ('expired', 'delivered') THEN @now::timestamptz END,
-           reason = @reason::text || CASE WHEN @state::text = 'expired' AND nudge_outcome_unknown(r.id)
+           reason = @reason::text || CASE WHEN @state::text = 'expired' AND nudge_outcome_unknown(s.id)
                                           THEN '; an earlier attempt''s outcome is unknown' ELSE '' END
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
-       AND (NOT @deadline_reached::boolean OR r.deadline <= @now)
-       AND (@channel::text = '' OR r.channel = @channel::text)
- RETURNING r.id, cur.old_state, r.fence, r.reason
+     WHERE s.id = cur.id AND s.fence = cur.fence AND (s.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
+       AND (NOT @deadline_reached::boolean OR s.deadline <= @now)
+       AND (@channel::text = '' OR s.channel = @channel::text)
+ RETURNING s.id, cur.old_state, s.fence, s.reason
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, @state::text, fence, @actor, @code::text, reason, @now FROM upd
@@ -421,12 +445,13 @@ SELECT id FROM upd;
 -- name: LoadForDelivery
 -- The rows, with their zone and the send window that applies (their own,
 -- else the policy's: nudge_send_window), the window's times in minutes.
-SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
-       r.state, r.fence, r.attempts, r.next_attempt_at, coalesce(r.tz, ''),
+SELECT s.id, s.tenant, s.channel, r.recipient, r.template, r.data, s.due_at, s.deadline, r.idempotency_key,
+       s.state, s.fence, s.attempts, s.next_attempt_at, coalesce(s.tz, ''),
        (extract(epoch FROM w.window_open) / 60)::int, (extract(epoch FROM w.window_close) / 60)::int, w.window_days
-  FROM reminders r
- CROSS JOIN LATERAL nudge_send_window(r.tenant, r.channel, r.window_open, r.window_close, r.window_days) w
- WHERE r.id = ANY(@ids::bigint[]);
+  FROM reminder_state s
+  JOIN reminders r ON r.id = s.id
+ CROSS JOIN LATERAL nudge_send_window(s.tenant, s.channel, s.window_open, s.window_close, s.window_days) w
+ WHERE s.id = ANY(@ids::bigint[]);
 
 -- name: ClaimForDelivery
 -- A worker's conditional write before sending: rows of the worker's channel
@@ -450,12 +475,12 @@ WITH m AS (
     -- Every named row as the statement's snapshot sees it (what the worker
     -- is answered), read once, with its own window as keys that = can join
     -- on (as in ClaimDue).
-    SELECT r.id, r.tenant, r.channel, r.recipient, r.template, r.data, r.due_at, r.deadline, r.idempotency_key,
-           r.state, r.fence, r.attempts, r.next_attempt_at, coalesce(r.tz, '') AS tz, m.fence AS want,
-           coalesce(r.window_open, time '24:00') AS own_open, coalesce(r.window_close, time '00:00') AS own_close,
-           coalesce(r.window_days, -1) AS own_days
-      FROM m JOIN reminders r ON r.id = m.id
-     WHERE r.id = ANY(@ids::bigint[]) -- by the primary key whatever the join
+    SELECT s.id, s.tenant, s.channel, r.recipient, r.template, r.data, s.due_at, s.deadline, r.idempotency_key,
+           s.state, s.fence, s.attempts, s.next_attempt_at, coalesce(s.tz, '') AS tz, m.fence AS want,
+           coalesce(s.window_open, time '24:00') AS own_open, coalesce(s.window_close, time '00:00') AS own_close,
+           coalesce(s.window_days, -1) AS own_days
+      FROM m JOIN reminder_state s ON s.id = m.id JOIN reminders r ON r.id = s.id
+     WHERE s.id = ANY(@ids::bigint[]) -- by the primary key whatever the join
 ), policies AS MATERIALIZED (
     -- The send window that applies (nudge_send_window), once per distinct
     -- tenant, channel and own window of the batch, not per row.
@@ -495,21 +520,21 @@ WITH m AS (
     -- The reminder's first attempt, from enqueued, goes into the row's
     -- started slot (empty then, unless a replay reset the attempts); any
     -- other into an event. A folded one leaves started_fence = the new fence.
-    UPDATE reminders r
-       SET state = 'sending', fence = r.fence + 1, attempts = r.attempts + 1,
+    UPDATE reminder_state s
+       SET state = 'sending', fence = s.fence + 1, attempts = s.attempts + 1,
            lease_until = @lease_until, next_attempt_at = NULL, updated_at = @now,
-           started_at = CASE WHEN r.state = 'enqueued' AND r.attempts = 0 AND r.started_at IS NULL
-                             THEN @now::timestamptz ELSE r.started_at END,
-           started_fence = CASE WHEN r.state = 'enqueued' AND r.attempts = 0 AND r.started_at IS NULL
-                                THEN r.fence + 1 ELSE r.started_fence END,
-           started_by = CASE WHEN r.state = 'enqueued' AND r.attempts = 0 AND r.started_at IS NULL
-                             THEN @actor::text ELSE r.started_by END
+           started_at = CASE WHEN s.state = 'enqueued' AND s.attempts = 0 AND s.started_at IS NULL
+                             THEN @now::timestamptz ELSE s.started_at END,
+           started_fence = CASE WHEN s.state = 'enqueued' AND s.attempts = 0 AND s.started_at IS NULL
+                                THEN s.fence + 1 ELSE s.started_fence END,
+           started_by = CASE WHEN s.state = 'enqueued' AND s.attempts = 0 AND s.started_at IS NULL
+                             THEN @actor::text ELSE s.started_by END
       FROM cur
-     WHERE r.id = cur.id AND r.fence = cur.fence AND r.channel = @channel
-       AND (r.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
-       AND r.deadline > @now AND r.due_at <= @now
-       AND (r.state = 'retrying' AND r.next_attempt_at > @now) IS NOT TRUE -- never before its back-off
- RETURNING r.id, cur.old_state, r.fence, r.attempts, r.started_fence IS NOT DISTINCT FROM r.fence AS fold
+     WHERE s.id = cur.id AND s.fence = cur.fence AND s.channel = @channel
+       AND (s.state IN ('leased', 'enqueued', 'retrying')) IS TRUE
+       AND s.deadline > @now AND s.due_at <= @now
+       AND (s.state = 'retrying' AND s.next_attempt_at > @now) IS NOT TRUE -- never before its back-off
+ RETURNING s.id, cur.old_state, s.fence, s.attempts, s.started_fence IS NOT DISTINCT FROM s.fence AS fold
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT id, old_state, 'sending', fence, @actor, 'attempt_claimed', 'attempt ' || attempts || ' claimed', @now
@@ -541,20 +566,20 @@ WITH o AS (
                          @errors::text[], @reasons::text[], @provider_ids::text[])
            AS o(id, fence, attempt_id, state, code, result, outcome, next_attempt_at, error, reason, provider_id)
 ), upd AS (
-    UPDATE reminders r
+    UPDATE reminder_state s
        SET state = o.state, next_attempt_at = o.next_attempt_at, lease_until = NULL,
-           last_error = coalesce(nullif(o.error, ''), r.last_error),
+           last_error = coalesce(nullif(o.error, ''), s.last_error),
            reason = nullif(o.reason, '')
-                    || CASE WHEN o.state IN ('failed', 'expired') AND nudge_outcome_unknown(r.id, o.attempt_id)
+                    || CASE WHEN o.state IN ('failed', 'expired') AND nudge_outcome_unknown(s.id, o.attempt_id)
                             THEN '; an earlier attempt''s outcome is unknown' ELSE '' END,
            finished_at = CASE WHEN o.state IN ('delivered', 'failed', 'expired') THEN @now::timestamptz END,
            -- a delivery (code delivered) goes into the row's delivered slot:
            -- its time, fence and reason are the terminal row's own
-           delivered_by = CASE WHEN o.code = 'delivered' THEN @actor::text ELSE r.delivered_by END,
+           delivered_by = CASE WHEN o.code = 'delivered' THEN @actor::text ELSE s.delivered_by END,
            updated_at = @now
       FROM o
-     WHERE r.id = o.id AND r.fence = o.fence AND (r.state = 'sending') IS TRUE
- RETURNING r.id, r.state, r.fence, r.reason, o.code
+     WHERE s.id = o.id AND s.fence = o.fence AND (s.state = 'sending') IS TRUE
+ RETURNING s.id, s.state, s.fence, s.reason, o.code
 ), att AS (
     UPDATE delivery_attempts a
        SET finished_at = @now,
@@ -583,14 +608,14 @@ SELECT id FROM upd;
 WITH m AS (
     SELECT * FROM unnest(@ids::bigint[], @fences::bigint[], @untils::timestamptz[]) AS m(id, fence, until)
 )
-UPDATE reminders r
-   SET enqueued_at = CASE WHEN r.state = 'enqueued' THEN m.until ELSE r.enqueued_at END,
-       lease_until = CASE WHEN r.state = 'enqueued' THEN NULL ELSE r.lease_until END,
-       next_attempt_at = CASE WHEN r.state = 'retrying' THEN m.until ELSE r.next_attempt_at END,
+UPDATE reminder_state s
+   SET enqueued_at = CASE WHEN s.state = 'enqueued' THEN m.until ELSE s.enqueued_at END,
+       lease_until = CASE WHEN s.state = 'enqueued' THEN NULL ELSE s.lease_until END,
+       next_attempt_at = CASE WHEN s.state = 'retrying' THEN m.until ELSE s.next_attempt_at END,
        updated_at = @now
   FROM m
- WHERE r.id = m.id AND r.fence = m.fence AND (r.state IN ('enqueued', 'retrying')) IS TRUE
-RETURNING r.id;
+ WHERE s.id = m.id AND s.fence = m.fence AND (s.state IN ('enqueued', 'retrying')) IS TRUE
+RETURNING s.id;
 
 -- name: UnknownAttempts
 -- The attempts of the given reminders, other than the given attempts (the
@@ -679,6 +704,6 @@ RETURNING current;
 -- row is in, at its current fence. A reminder that does not exist gets
 -- none. Writes no reminders.
 INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
-SELECT r.id, r.state, r.state, r.fence, @actor, @code, n.reason, @now
+SELECT s.id, s.state, s.state, s.fence, @actor, @code, n.reason, @now
   FROM unnest(@ids::bigint[], @reasons::text[]) AS n(id, reason)
-  JOIN reminders r ON r.id = n.id;
+  JOIN reminder_state s ON s.id = n.id;

@@ -64,15 +64,14 @@ type Fenced struct {
 // Claimed is a reminder that a claim enqueued (or expired, or quarantined)
 // for its caller.
 type Claimed struct {
-	ID             int64
-	State          reminder.State
-	Fence          int64
-	Channel        reminder.Channel
-	Tenant         string
-	IdempotencyKey string
-	Deadline       time.Time
-	Attempts       int
-	DueAt          time.Time
+	ID       int64
+	State    reminder.State
+	Fence    int64
+	Channel  reminder.Channel
+	Tenant   string
+	Deadline time.Time
+	Attempts int
+	DueAt    time.Time
 	// Batch numbers the claim statement that enqueued it (zero for rows it
 	// did not enqueue); its publish confirmation is recorded per batch.
 	Batch int64
@@ -91,7 +90,7 @@ type Claimed struct {
 func scanClaimed(r pgx.CollectableRow, now time.Time, extra ...any) (Claimed, error) {
 	c := Claimed{ClaimedAt: now}
 	var batch *int64
-	err := r.Scan(append([]any{&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.IdempotencyKey, &c.Deadline,
+	err := r.Scan(append([]any{&c.ID, &c.State, &c.Fence, &c.Channel, &c.Tenant, &c.Deadline,
 		&c.Attempts, &c.DueAt, &batch}, extra...)...)
 	if batch != nil && c.State == reminder.Enqueued {
 		c.Batch = *batch

@@ -4,8 +4,15 @@
 -- migration creates these tables; schema/transitions_test.go skips testdata).
 --
 -- Each layout is built in a scratch schema that the real migrations made and
--- the real intake filled: the Setup statement below moves the rows into the
--- layout's tables. The three hot statements are internal/store/queries.sql's
+-- the real intake filled: DropMirror below takes schema version 32's
+-- reminder_state and its mirror away (every layout, today's included, is
+-- the design without the mirror), then the Setup statement moves the rows
+-- into the layout's tables. "Today" is schema version 31, the last release
+-- whose statements wrote the wide row: testdata/queries_v31.sql. (Since
+-- version 32 internal/store/queries.sql runs layout A on the real
+-- reminder_state, mirrored to reminders for the previous release, with A''s
+-- claim; its worker's claim reads the zone and window from the state row
+-- too.) The three hot statements are version 31's
 -- ClaimDue, ClaimForDelivery and RecordOutcomes, with the same fences, state
 -- checks, events and returned columns, written once for both layouts over two
 -- table names the Go code fills in:
@@ -25,6 +32,17 @@
 -- zone and window and no key (a message of id and fence only), a bound on
 -- what a claim that touches no wide row would gain (PostgreSQL 15 does not
 -- remove that self-join: one more primary-key probe of a page just read).
+
+-- name: DropMirror
+-- Schema version 32's reminder_state (with its indexes, policies and the
+-- reverse trigger) and the triggers that mirror reminders into it: run on
+-- every layout's schema after the intake filled it, so that today's
+-- statements write the wide row alone and SetupNarrow builds its own
+-- reminder_state. CASCADE takes what reads the real one (the view, once it
+-- does), which none of the layouts' statements use.
+DROP TRIGGER IF EXISTS reminders_state_mirror_inserted ON reminders;
+DROP TRIGGER IF EXISTS reminders_state_mirror_updated ON reminders;
+DROP TABLE IF EXISTS reminder_state CASCADE;
 
 -- name: SetupNarrow
 -- Layout A: the hot columns move to reminder_state (tenant and channel
