@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/schema"
 )
 
 // Schema version 34: the SQL functions and the timeline view answer from
@@ -203,4 +204,50 @@ func TestStateFunctionsUseReminderState(t *testing.T) {
 		SELECT string_agg(concat_ws(' ', seq, code, fence, actor, CASE WHEN id IS NULL THEN 'folded' ELSE 'stored' END), ', ' ORDER BY seq)
 		  FROM reminder_timeline WHERE reminder_id = $1`, ids["exists"]).Scan(&folded))
 	require.Equal(t, "1 scheduled 0 intake stored, 2 claimed 1 d folded", folded)
+}
+
+// Schema version 34 replaces functions and the timeline view in place:
+// every function keeps its signature, result, volatility, security, settings
+// and grants, and the view its columns, options and grants, as version 33
+// left them.
+func TestStateFunctionsKeepTheirContract(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.EmptyPostgres(t)
+	exec := func(sql string) {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	// Every migration but 34 first: recorded as applied, Migrate skips it.
+	exec(`CREATE TABLE nudge_migrations (version integer PRIMARY KEY, name text NOT NULL,
+	                                     applied_at timestamptz NOT NULL DEFAULT now())`)
+	exec(`INSERT INTO nudge_migrations (version, name) VALUES (34, 'state_functions')`)
+	_, err := schema.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	contract := func() []string {
+		t.Helper()
+		rows, err := db.Pool.Query(ctx, `
+			SELECT concat_ws(' | ', p.oid::regprocedure::text, pg_get_function_arguments(p.oid),
+			                 pg_get_function_result(p.oid), p.provolatile, p.prosecdef, p.proconfig::text,
+			                 p.proacl::text)
+			  FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace
+			UNION ALL
+			SELECT concat_ws(' | ', c.oid::regclass::text, c.relacl::text, c.reloptions::text,
+			                 (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', '
+			                                    ORDER BY a.attnum)
+			                    FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0))
+			  FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'v'
+			ORDER BY 1`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	before := contract()
+	exec(`DELETE FROM nudge_migrations WHERE version = 34`)
+	applied, err := schema.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{34}, applied)
+	require.Equal(t, before, contract())
 }
