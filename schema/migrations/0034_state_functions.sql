@@ -50,9 +50,13 @@
 -- index held the open ones only). Building it reads the whole table under a
 -- lock that holds writes back (seconds per million rows): a large install
 -- builds it first with CREATE INDEX CONCURRENTLY and the same definition,
--- which IF NOT EXISTS then keeps. Until the next release stops rewriting
--- the wide row on every transition (the mirror), each such rewrite that
--- leaves its page enters it too.
+-- which IF NOT EXISTS then keeps. It costs the rollout WAL: until the next
+-- release drops the mirror, every transition rewrites the wide row too,
+-- never HOT (state changes, which reminders' partial indexes name), so each
+-- enters this index as it enters reminders_logical_key (same columns: by
+-- that index's share in docs/benchmarks.md, ~3 records and ~250 B more per
+-- delivered reminder, estimated, not measured). From the next release on a
+-- transition writes no wide row, and intake pays one entry per reminder.
 --
 -- Rolling upgrade: the functions live in the database, so every release's
 -- binaries call these from now on; their answers and what they leave in
