@@ -205,8 +205,9 @@ SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now),
 
 -- name: CountEveryOpenRow
 -- What the DB collector counted per scrape before migration 0023: every open
--- row, those scheduled for later included.
-SELECT channel, state, count(*) FROM reminders
+-- row, those scheduled for later included (on the state rows, where the
+-- state is kept since migration 32).
+SELECT channel, state, count(*) FROM reminder_state
  WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
  GROUP BY 1, 2;
 
