@@ -166,7 +166,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	if _, err := s.pool.Exec(ctx, stmt("ShiftDue"), pgx.NamedArgs{"start": start, "seeded": seeded}); err != nil {
 		return res, fmt.Errorf("moving the stream's due times: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, "VACUUM ANALYZE reminders"); err != nil {
+	if _, err := s.pool.Exec(ctx, stmt("VacuumAfterShift")); err != nil {
 		return res, fmt.Errorf("vacuuming after the move: %w", err)
 	}
 	wal0, err := walStart(ctx, s.pool)

@@ -30,7 +30,6 @@ import (
 	"github.com/nudgehq/nudge/internal/worker"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
-	"github.com/nudgehq/nudge/schema"
 )
 
 const signingKeys = "bench:nudge-bench-signing-secret-0123456789"
@@ -130,7 +129,7 @@ func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from stri
 	if s.pool, err = pgxpool.New(ctx, s.url); err != nil {
 		return fail(fmt.Errorf("connecting to schema %s: %w", name, err))
 	}
-	if _, err := schema.Migrate(ctx, s.pool); err != nil {
+	if _, err := migrate(ctx, s.pool); err != nil {
 		return fail(fmt.Errorf("migrating %s: %w", name, err))
 	}
 	conn, err := broker.Dial(e.amqpURL, "nudge-bench-declare")

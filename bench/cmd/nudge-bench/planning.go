@@ -22,7 +22,6 @@ import (
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/testenv"
-	"github.com/nudgehq/nudge/schema"
 )
 
 // The planning benchmark (issue 15) writes the same N reminder intents three
@@ -86,7 +85,7 @@ func planningSchema(ctx context.Context, e *env, prefix string) (*pgxpool.Pool, 
 		return nil, "", nil, fmt.Errorf("connecting to schema %s: %w", name, err)
 	}
 	done := func() { pool.Close(); drop() }
-	if _, err := schema.Migrate(ctx, pool); err != nil {
+	if _, err := migrate(ctx, pool); err != nil {
 		done()
 		return nil, "", nil, fmt.Errorf("migrating %s: %w", name, err)
 	}

@@ -8,7 +8,12 @@
 -- measures state (how many reminders are terminal, delivered, due, and the
 -- times of their moves) reads reminder_state (schema version 32: the state
 -- columns, mirrored from reminders until the next release drops them
--- there); what the harness seeds, and the payload, stay on reminders.
+-- there). What the harness seeds goes to both tables, its own statements
+-- writing each reminder's state row, and what it moves goes to
+-- reminder_state: the bench measures the release after its rollout, the
+-- mirror dropped (migrate in sql.go), and nothing here relies on it. With
+-- the mirror on, the mirror finds the state rows made (ON CONFLICT DO
+-- NOTHING) and copies the moves back to reminders.
 
 -- ---------------------------------------------------------------- progress
 
@@ -75,9 +80,16 @@ SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000
 -- The latency run seeds its stream through intake with due times far ahead,
 -- then moves the whole stream to start at @start: seeding takes longer than
 -- the lead a stream can be given, and the intake must not share the
--- measured seconds.
-UPDATE reminders SET due_at = due_at + (@start::timestamptz - @seeded::timestamptz),
-                     deadline = deadline + (@start::timestamptz - @seeded::timestamptz);
+-- measured seconds. The state row holds due_at and deadline (the claim
+-- reads them there); with migration 32's mirror on, it copies them back to
+-- reminders.
+UPDATE reminder_state SET due_at = due_at + (@start::timestamptz - @seeded::timestamptz),
+                          deadline = deadline + (@start::timestamptz - @seeded::timestamptz);
+
+-- name: VacuumAfterShift
+-- After ShiftDue, before the stream starts: the moved state rows' dead
+-- versions vacuumed and both tables analyzed, so the claims do not meet them.
+VACUUM ANALYZE reminders, reminder_state;
 
 -- name: Hops
 -- Per reminder, the time of each step: due_at (the row), claimed (the
@@ -136,27 +148,34 @@ SELECT count(*) FILTER (WHERE state = 'delivered'), min(due_at), max(finished_at
 -- channels alternating: in the claim's partial index past its cutoff, in no
 -- index of work. The idempotency key is a stand-in of the real key's width
 -- (the claim returns it and nothing checks it), so the load costs no SHA-256
--- per row.
-INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                       state, created_at, updated_at)
-SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
-       CASE WHEN t.channel = 'sms' THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
-       'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
-       CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
-       'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz - interval '1 day', @now::timestamptz - interval '1 day'
-  FROM generate_series(@first::bigint, @last::bigint) AS i,
-       -- j numbers the rows outside the block 1..@size-@due
-       LATERAL (SELECT i >= @block::bigint AND i < @block::bigint + @due::bigint AS clustered,
-                       CASE WHEN i < @block::bigint THEN i ELSE i - @due::bigint END AS j,
-                       @size::bigint - @due::bigint AS rest) b,
-       LATERAL (SELECT NOT b.clustered AND (b.j * @due::bigint / b.rest) <> ((b.j - 1) * @due::bigint / b.rest) AS spread) s,
-       LATERAL (SELECT b.clustered OR s.spread AS is_due,
-                       CASE WHEN b.clustered OR s.spread OR i % 2 = 0 THEN 'sms' ELSE 'email' END AS channel,
-                       CASE WHEN b.clustered
-                            THEN @now::timestamptz - interval '2 hours' + (i - @block::bigint) * interval '50 minutes' / @due::bigint
-                            WHEN s.spread
-                            THEN @now::timestamptz - interval '1 hour' + b.j * interval '50 minutes' / b.rest
-                            ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t;
+-- per row. Each row's state row is inserted by the same statement (the
+-- mirror of migration 32, when on, then finds it made).
+WITH ins AS (
+    INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
+                           state, created_at, updated_at)
+    SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
+           CASE WHEN t.channel = 'sms' THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
+           'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
+           CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
+           'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz - interval '1 day', @now::timestamptz - interval '1 day'
+      FROM generate_series(@first::bigint, @last::bigint) AS i,
+           -- j numbers the rows outside the block 1..@size-@due
+           LATERAL (SELECT i >= @block::bigint AND i < @block::bigint + @due::bigint AS clustered,
+                           CASE WHEN i < @block::bigint THEN i ELSE i - @due::bigint END AS j,
+                           @size::bigint - @due::bigint AS rest) b,
+           LATERAL (SELECT NOT b.clustered AND (b.j * @due::bigint / b.rest) <> ((b.j - 1) * @due::bigint / b.rest) AS spread) s,
+           LATERAL (SELECT b.clustered OR s.spread AS is_due,
+                           CASE WHEN b.clustered OR s.spread OR i % 2 = 0 THEN 'sms' ELSE 'email' END AS channel,
+                           CASE WHEN b.clustered
+                                THEN @now::timestamptz - interval '2 hours' + (i - @block::bigint) * interval '50 minutes' / @due::bigint
+                                WHEN s.spread
+                                THEN @now::timestamptz - interval '1 hour' + b.j * interval '50 minutes' / b.rest
+                                ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t
+    RETURNING id, tenant, channel, due_at, deadline, state, updated_at
+)
+INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, state, updated_at)
+SELECT id, tenant, channel, due_at, deadline, state, updated_at FROM ins
+    ON CONFLICT (id) DO NOTHING;
 
 -- name: ScaleUniqueConstraints
 -- The unique constraints of reminders (their indexes are built after the load).
@@ -186,8 +205,9 @@ SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now),
 
 -- name: CountEveryOpenRow
 -- What the DB collector counted per scrape before migration 0023: every open
--- row, those scheduled for later included.
-SELECT channel, state, count(*) FROM reminders
+-- row, those scheduled for later included (on the state rows, where the
+-- state is kept since migration 32).
+SELECT channel, state, count(*) FROM reminder_state
  WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
  GROUP BY 1, 2;
 
@@ -274,8 +294,14 @@ SELECT count(*) FROM reminders;
 -- seeded once for this N (setupNudge): the same rows and their "scheduled"
 -- events, in the same order, without the intake's per-row work. The
 -- template's name is %s (quoted by the caller); the identities go on where
--- the template's stop.
-INSERT INTO reminders OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminders ORDER BY id;
+-- the template's stop. The state rows are copied from the template's by
+-- the same statement, so they exist without migration 32's mirror (which,
+-- when on, finds them made); both schemas are migrated alike, so their
+-- columns match.
+WITH r AS (
+    INSERT INTO reminders OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminders ORDER BY id
+)
+INSERT INTO reminder_state SELECT * FROM %[1]s.reminder_state ORDER BY id ON CONFLICT (id) DO NOTHING;
 INSERT INTO reminder_events OVERRIDING SYSTEM VALUE SELECT * FROM %[1]s.reminder_events ORDER BY id;
 SELECT setval(pg_get_serial_sequence('reminders', 'id'), (SELECT max(id) FROM reminders));
 SELECT setval(pg_get_serial_sequence('reminder_events', 'id'), (SELECT max(id) FROM reminder_events));

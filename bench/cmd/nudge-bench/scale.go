@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nudgehq/nudge/internal/store"
-	"github.com/nudgehq/nudge/schema"
 )
 
 // The scale benchmark asks whether the dispatcher's claim costs the same
@@ -150,7 +149,7 @@ func buildScaleTable(ctx context.Context, e *env, fill string, size, due int) (_
 	if t.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return t, fmt.Errorf("scale: connecting to %s: %w", name, err)
 	}
-	if _, err := schema.Migrate(ctx, t.pool); err != nil {
+	if _, err := migrate(ctx, t.pool); err != nil {
 		return t, fmt.Errorf("scale: migrating %s: %w", name, err)
 	}
 	total := size + 2*due
