@@ -3,6 +3,13 @@
 // fleet runs: an advisory lock serialises concurrent runs, each migration
 // applies in its own transaction together with its version row, and a version
 // already recorded is never applied again.
+//
+// A migration whose file name ends in .after-rollout.sql
+// (NNNN_name.after-rollout.sql) is the contract step of a rolling change: it
+// removes what only the previous release's binaries need, so it may run only
+// once every component runs this release. Migrate stops before the first such
+// migration not yet applied, and applies nothing after it (a later migration
+// may build on it); MigrateAfterRollout applies everything.
 package schema
 
 import (
@@ -33,6 +40,21 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+	// AfterRollout marks a migration that must wait until no binary of the
+	// previous release runs (file name NNNN_name.after-rollout.sql).
+	AfterRollout bool
+}
+
+// afterRolloutSuffix ends the name of an after-rollout migration's file
+// (before .sql).
+const afterRolloutSuffix = ".after-rollout"
+
+// String names the migration as its file does, without .sql.
+func (m Migration) String() string {
+	if m.AfterRollout {
+		return fmt.Sprintf("%04d_%s%s", m.Version, m.Name, afterRolloutSuffix)
+	}
+	return fmt.Sprintf("%04d_%s", m.Version, m.Name)
 }
 
 // advisoryLockKey is an arbitrary constant shared by every Migrate call
@@ -48,16 +70,19 @@ func Migrations() ([]Migration, error) {
 	var out []Migration
 	for _, e := range entries {
 		name := e.Name()
-		num, rest, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
+		base := strings.TrimSuffix(name, ".sql")
+		after := strings.HasSuffix(base, afterRolloutSuffix)
+		num, rest, ok := strings.Cut(strings.TrimSuffix(base, afterRolloutSuffix), "_")
 		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration file %q: name must be NNNN_description.sql", name)
+		if !ok || err != nil || rest == "" || strings.Contains(rest, ".") {
+			return nil, fmt.Errorf("migration file %q: name must be NNNN_description.sql or NNNN_description%s.sql",
+				name, afterRolloutSuffix)
 		}
 		body, err := migrationFiles.ReadFile("migrations/" + name)
 		if err != nil {
 			return nil, fmt.Errorf("reading migration %q: %w", name, err)
 		}
-		out = append(out, Migration{Version: v, Name: rest, SQL: string(body)})
+		out = append(out, Migration{Version: v, Name: rest, SQL: string(body), AfterRollout: after})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i := 1; i < len(out); i++ {
@@ -68,21 +93,78 @@ func Migrations() ([]Migration, error) {
 	return out, nil
 }
 
-// Migrate applies every embedded migration not yet recorded in the
-// nudge_migrations table of the current search_path schema and returns the
-// versions it applied (empty when already up to date).
+// Migrate applies the embedded migrations not yet recorded in the
+// nudge_migrations table of the current search_path schema, in version
+// order, up to the first after-rollout migration not yet applied, and
+// returns the versions it applied (empty when already up to date). Waiting
+// reports what it left.
 func Migrate(ctx context.Context, db pg.Beginner) ([]int, error) {
+	return migrate(ctx, db, false)
+}
+
+// MigrateAfterRollout applies every embedded migration not yet recorded,
+// after-rollout ones included: run it only once no binary of the previous
+// release runs.
+func MigrateAfterRollout(ctx context.Context, db pg.Beginner) ([]int, error) {
+	return migrate(ctx, db, true)
+}
+
+// Waiting returns the migrations not yet applied that Migrate leaves for
+// MigrateAfterRollout: the first after-rollout one not applied and every
+// one not applied after it (empty when none waits).
+func Waiting(ctx context.Context, db pg.Beginner) ([]Migration, error) {
+	_, waiting, err := plan(ctx, db, false)
+	return waiting, err
+}
+
+// plan is Plan over the embedded migrations and the versions db records.
+func plan(ctx context.Context, db pg.Beginner, afterRollout bool) (run, waiting []Migration, err error) {
 	migs, err := Migrations()
+	if err != nil {
+		return nil, nil, err
+	}
+	done, err := appliedVersions(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	run, waiting = Plan(migs, done, afterRollout)
+	return run, waiting, nil
+}
+
+// Plan splits migs (in version order) into the ones not in applied that a
+// run applies now, in order, and the ones not in applied that wait. Without
+// afterRollout the run stops at the first after-rollout migration not
+// applied: it and every migration not applied after it wait (a later
+// migration may depend on it, so none is applied past it). With
+// afterRollout nothing waits.
+func Plan(migs []Migration, applied map[int]bool, afterRollout bool) (run, waiting []Migration) {
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		if len(waiting) > 0 || (m.AfterRollout && !afterRollout) {
+			waiting = append(waiting, m)
+			continue
+		}
+		run = append(run, m)
+	}
+	return run, waiting
+}
+
+func migrate(ctx context.Context, db pg.Beginner, afterRollout bool) ([]int, error) {
+	run, _, err := plan(ctx, db, afterRollout)
 	if err != nil {
 		return nil, err
 	}
 	var applied []int
-	for _, m := range migs {
+	for _, m := range run {
 		if pre, ok := preSteps[m.Version]; ok {
 			if err := runPreStep(ctx, db, m, pre); err != nil {
 				return applied, err
 			}
 		}
+		// apply checks again under the lock: a concurrent run may have
+		// applied it since.
 		did, err := apply(ctx, db, m)
 		if err != nil {
 			return applied, err
@@ -92,6 +174,31 @@ func Migrate(ctx context.Context, db pg.Beginner) ([]int, error) {
 		}
 	}
 	return applied, nil
+}
+
+// appliedVersions reads the recorded versions (none when nudge_migrations
+// does not exist yet).
+func appliedVersions(ctx context.Context, db pg.Beginner) (map[int]bool, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('nudge_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("reading applied versions: %w", err)
+	}
+	done := map[int]bool{}
+	if !exists {
+		return done, nil
+	}
+	rows, err := db.Query(ctx, `SELECT version FROM nudge_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("reading applied versions: %w", err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("reading applied versions: %w", err)
+	}
+	for _, v := range vs {
+		done[v] = true
+	}
+	return done, nil
 }
 
 // preStep is work a migration needs done first that must not run inside one
@@ -113,7 +220,7 @@ func runPreStep(ctx context.Context, db pg.Beginner, m Migration, pre preStep) e
 		return err
 	}
 	if err := pre(ctx, db); err != nil {
-		return fmt.Errorf("before migration %04d_%s: %w", m.Version, m.Name, err)
+		return fmt.Errorf("before migration %s: %w", m, err)
 	}
 	return nil
 }
@@ -178,7 +285,7 @@ func apply(ctx context.Context, db pg.Beginner, m Migration) (bool, error) {
 		return false, nil
 	}
 	if _, err := tx.Exec(ctx, m.SQL); err != nil {
-		return false, fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+		return false, fmt.Errorf("migration %s: %w", m, err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO nudge_migrations (version, name) VALUES ($1, $2)`,
 		m.Version, m.Name); err != nil {

@@ -77,8 +77,9 @@ type connector func(cmd *cobra.Command) (context.Context, *pgxpool.Pool, func(),
 
 func migrateCmd(connect connector) *cobra.Command {
 	var (
-		tf      topologyFlags
-		declare bool
+		tf           topologyFlags
+		declare      bool
+		afterRollout bool
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -86,7 +87,12 @@ func migrateCmd(connect connector) *cobra.Command {
 		Long: `migrate applies the embedded schema migrations under an advisory lock. With
 --declare-topology it then declares the broker topology (exchanges, queues, bindings) as
 ` + "`nudgectl broker declare`" + ` does, connecting with --amqp-url as a RabbitMQ user allowed to
-configure Nudge's names: the rest of the fleet only checks that the topology exists.`,
+configure Nudge's names: the rest of the fleet only checks that the topology exists.
+
+A migration marked after-rollout removes what only the previous release's binaries need (the
+state mirror of schema 32, say). migrate stops before the first such migration not yet applied
+and names what waits; once every component runs this release, migrate --after-rollout applies it
+and everything after it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, pool, done, err := connect(cmd)
@@ -94,14 +100,34 @@ configure Nudge's names: the rest of the fleet only checks that the topology exi
 				return err
 			}
 			defer done()
-			applied, err := schema.Migrate(ctx, pool)
+			migrate := schema.Migrate
+			if afterRollout {
+				migrate = schema.MigrateAfterRollout
+			}
+			applied, err := migrate(ctx, pool)
 			if err != nil {
 				return err
 			}
-			if len(applied) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "applied migrations %v\n", applied)
+			waiting, err := schema.Waiting(ctx, pool)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case len(applied) > 0:
+				fmt.Fprintf(out, "applied migrations %v\n", applied)
+			case len(waiting) == 0:
+				fmt.Fprintln(out, "schema is up to date")
+			default:
+				fmt.Fprintln(out, "no migration to apply before the rollout completes")
+			}
+			if len(waiting) > 0 {
+				names := make([]string, len(waiting))
+				for i, m := range waiting {
+					names[i] = m.String()
+				}
+				fmt.Fprintf(out, "waiting for the rollout: %s; once no binary of the previous release runs, "+
+					"run nudgectl migrate --after-rollout\n", strings.Join(names, ", "))
 			}
 			if !declare {
 				return nil
@@ -110,6 +136,8 @@ configure Nudge's names: the rest of the fleet only checks that the topology exi
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&afterRollout, "after-rollout", false,
+		"also apply the after-rollout migrations: only once every component runs this release")
 	f.BoolVar(&declare, "declare-topology", false,
 		"also declare the broker topology, connecting with --amqp-url as a user allowed to configure it")
 	tf.register(f)

@@ -331,7 +331,7 @@ func TestFaultTwoDispatchersAtOnce(t *testing.T) {
 		`SELECT coalesce(sum(confirmed), 0) FROM publish_confirms`).Scan(&confirmed))
 	require.Equal(t, 3000, confirmed, "every publish confirmation recorded, once")
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM reminders WHERE state <> 'enqueued'`).Scan(&notEnqueued))
+		`SELECT count(*) FROM reminder_state WHERE state <> 'enqueued'`).Scan(&notEnqueued))
 	require.Zero(t, notEnqueued)
 	require.Len(t, ids, 3000)
 }
@@ -350,12 +350,12 @@ func TestFaultSIGTERMWithDeliveriesInFlight(t *testing.T) {
 
 	var delivered int
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM reminders WHERE state = 'delivered'`).Scan(&delivered))
+		`SELECT count(*) FROM reminder_state WHERE state = 'delivered'`).Scan(&delivered))
 	require.Equal(t, len(f.sms.Messages()), delivered, "every send that started was recorded")
 	require.Positive(t, delivered)
 	var sending int
 	require.NoError(t, f.db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM reminders WHERE state = 'sending'`).Scan(&sending))
+		`SELECT count(*) FROM reminder_state WHERE state = 'sending'`).Scan(&sending))
 	require.Zero(t, sending, "nothing was left mid-send")
 	require.Eventually(t, func() bool { return f.queueDepth(t, "sms") == len(ids)-delivered }, 10*time.Second,
 		20*time.Millisecond, "what was not started is back in the queue")

@@ -184,6 +184,6 @@ func TestIncidentOperatorSession(t *testing.T) {
 func countState(t *testing.T, f *fleet, st reminder.State) int64 {
 	t.Helper()
 	var n int64
-	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM reminders WHERE state = $1`, st).Scan(&n))
+	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM reminder_state WHERE state = $1`, st).Scan(&n))
 	return n
 }

@@ -140,12 +140,12 @@ func (f *fleet) waitTerminal(t *testing.T, timeout time.Duration) {
 	for {
 		var open int
 		require.NoError(t, f.db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM reminders WHERE state NOT IN ('delivered', 'failed', 'expired', 'canceled')`).Scan(&open))
+			`SELECT count(*) FROM reminder_state WHERE state NOT IN ('delivered', 'failed', 'expired', 'canceled')`).Scan(&open))
 		if open == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			rows, _ := f.db.Pool.Query(context.Background(), `SELECT state, count(*) FROM reminders GROUP BY 1`)
+			rows, _ := f.db.Pool.Query(context.Background(), `SELECT state, count(*) FROM reminder_state GROUP BY 1`)
 			counts := map[string]int{}
 			for rows.Next() {
 				var s string
@@ -171,7 +171,8 @@ type row struct {
 func (f *fleet) rows(t *testing.T) map[int64]row {
 	t.Helper()
 	rs, err := f.db.Pool.Query(context.Background(),
-		`SELECT id, tenant, key, channel, state, idempotency_key, due_at, deadline FROM reminders`)
+		`SELECT r.id, r.tenant, r.key, r.channel, s.state, r.idempotency_key, s.due_at, s.deadline
+		   FROM reminders r JOIN reminder_state s ON s.id = r.id`)
 	require.NoError(t, err)
 	out := map[int64]row{}
 	for rs.Next() {
@@ -340,13 +341,13 @@ func TestPipelineEndToEnd(t *testing.T) {
 
 	// No send attempt started before due or at/after the deadline.
 	var badAttempts int
-	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts a JOIN reminders r ON r.id = a.reminder_id
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts a JOIN reminder_state r ON r.id = a.reminder_id
 		WHERE a.started_at < r.due_at OR a.started_at >= r.deadline`).Scan(&badAttempts))
 	require.Zero(t, badAttempts)
 
 	// Every terminal state is explained by its last event.
 	var unexplained int
-	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders r WHERE NOT EXISTS (
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_state r WHERE NOT EXISTS (
 		SELECT 1 FROM reminder_timeline e WHERE e.reminder_id = r.id AND e.to_state = r.state AND e.reason <> '')`).Scan(&unexplained))
 	require.Zero(t, unexplained)
 

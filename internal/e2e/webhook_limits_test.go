@@ -101,7 +101,7 @@ func TestWebhookRateLimitPerTargetHost(t *testing.T) {
 	wg.Wait()
 
 	var delivered int
-	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders WHERE state = 'delivered'`).Scan(&delivered))
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_state WHERE state = 'delivered'`).Scan(&delivered))
 	require.Equal(t, toLimited+toOther, delivered)
 
 	lt, ot := limited.sorted(), other.sorted()

@@ -142,10 +142,10 @@ func TestWebhookCleanupEndToEnd(t *testing.T) {
 	// Every reminder delivered; the last attempt records performed or
 	// already absent, as the application held the target or not.
 	rows, err := f.db.Pool.Query(ctx, `
-		SELECT r.key, r.state, r.idempotency_key, count(a.id),
+		SELECT r.key, s.state, r.idempotency_key, count(a.id),
 		       (array_agg(a.provider_message_id ORDER BY a.id DESC))[1]
-		  FROM reminders r LEFT JOIN delivery_attempts a ON a.reminder_id = r.id
-		 GROUP BY r.id`)
+		  FROM reminders r JOIN reminder_state s ON s.id = r.id LEFT JOIN delivery_attempts a ON a.reminder_id = r.id
+		 GROUP BY r.id, s.state`)
 	require.NoError(t, err)
 	results := map[string]int{}
 	n, retried := 0, 0

@@ -114,9 +114,9 @@ func TestSendWindowsEndToEnd(t *testing.T) {
 	for _, m := range f.smsSrv.Messages() {
 		accepted[m.IdempotencyKey] = append(accepted[m.IdempotencyKey], m.AcceptedAt)
 	}
-	rows, err := f.db.Pool.Query(ctx, `SELECT r.id, r.state, r.idempotency_key, r.tz, coalesce(r.requested_due_at, r.due_at),
-		r.deadline, e.code, e.at
-		FROM reminders r
+	rows, err := f.db.Pool.Query(ctx, `SELECT r.id, s.state, r.idempotency_key, s.tz, coalesce(s.requested_due_at, s.due_at),
+		s.deadline, e.code, e.at
+		FROM reminders r JOIN reminder_state s ON s.id = r.id
 		CROSS JOIN LATERAL (SELECT e.code, e.at FROM reminder_timeline e WHERE e.reminder_id = r.id ORDER BY e.seq DESC LIMIT 1) e`)
 	require.NoError(t, err)
 	byOutcome := map[string]int{}
@@ -187,7 +187,7 @@ func TestSendWindowsEndToEnd(t *testing.T) {
 		WHERE code = 'no_window_before_deadline' AND from_state = 'enqueued'`).Scan(&byWorker))
 	require.Equal(t, perZone/2, byWorker, "Stockholm's expired in the worker, after its window closed")
 	var moved int
-	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders WHERE requested_due_at IS NOT NULL`).Scan(&moved))
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_state WHERE requested_due_at IS NOT NULL`).Scan(&moved))
 	require.Positive(t, moved, "the claim moved closed windows' reminders to their openings")
 }
 
@@ -199,7 +199,7 @@ func (f *fleet) waitQuiet(t *testing.T, clk clock.Clock) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var busy int
-		require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM reminders
+		require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM reminder_state
 			WHERE (state = 'pending' AND due_at <= $1)
 			   OR (state IN ('leased', 'enqueued') AND enqueued_at <= $1)
 			   OR (state = 'retrying' AND next_attempt_at <= $1)

@@ -25,14 +25,29 @@ type DB struct {
 	URL string
 }
 
-// Postgres creates a fresh schema, migrates it, and returns a pool whose
-// connections use it. The schema is dropped when the test ends.
+// AfterRolloutEnv, set to 1, makes Postgres apply the after-rollout
+// migrations too (schema.MigrateAfterRollout): the tests then run against
+// the schema as it is once every component runs this release (no state
+// mirror, for one).
+const AfterRolloutEnv = "NUDGE_TEST_AFTER_ROLLOUT"
+
+// AfterRollout reports whether AfterRolloutEnv asks for the after-rollout
+// schema.
+func AfterRollout() bool { return os.Getenv(AfterRolloutEnv) == "1" }
+
+// Postgres creates a fresh schema, migrates it (after the rollout too when
+// AfterRollout), and returns a pool whose connections use it. The schema is
+// dropped when the test ends.
 func Postgres(tb testing.TB) *DB {
 	tb.Helper()
 	db := EmptyPostgres(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := schema.Migrate(ctx, db.Pool); err != nil {
+	migrate := schema.Migrate
+	if AfterRollout() {
+		migrate = schema.MigrateAfterRollout
+	}
+	if _, err := migrate(ctx, db.Pool); err != nil {
 		tb.Fatalf("migrating test schema %s: %v", db.Schema, err)
 	}
 	return db

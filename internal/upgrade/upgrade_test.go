@@ -259,7 +259,9 @@ func TestRollingUpgrade(t *testing.T) {
 	// 2. This tree's migrations under the running old fleet; intake from
 	// both releases' tools onto the new schema.
 	sleepUntil(8 * time.Second)
-	f.ctl("new", "migrate", "--declare-topology")
+	migrated := f.ctl("new", "migrate", "--declare-topology")
+	require.Contains(t, migrated, "waiting for the rollout: 0035_drop_state_mirror.after-rollout",
+		"the mirror stays while the old release runs")
 	add("new", stream("new", 300, at(10*time.Second), at(45*time.Second)))
 	add("old", stream("old-late", 200, at(10*time.Second), at(45*time.Second)))
 
@@ -282,10 +284,20 @@ func TestRollingUpgrade(t *testing.T) {
 	f.start("new", "dispatcher", dispatcherArgs...)
 	sleepUntil(26 * time.Second)
 	f.ctl("old", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-old2-", "--reason", "upgrade test: old nudgectl, new schema")
+
+	// 4. No binary of the old release left (its nudgectl's last cancel is
+	// done): the after-rollout step drops the mirror under the running new
+	// fleet, which goes on scheduling, canceling and delivering on
+	// reminder_state alone.
+	sleepUntil(28 * time.Second)
+	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [35]")
+	add("new", stream("after", 150, at(30*time.Second), at(45*time.Second)))
+	add("new", toCancel("cancel-after", 20, at(40*time.Second), at(47*time.Second)))
 	sleepUntil(34 * time.Second)
 	f.ctl("new", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-new-", "--reason", "upgrade test: new nudgectl")
+	f.ctl("new", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-after-", "--reason", "upgrade test: after the rollout")
 
-	// 4. The new fleet alone until every reminder is terminal.
+	// 5. The new fleet alone until every reminder is terminal.
 	openStates := ops.Filter{States: []reminder.State{reminder.Pending, reminder.Leased, reminder.Enqueued,
 		reminder.Sending, reminder.Retrying, reminder.Quarantined}}
 	drainBy := at(48 * time.Second).Add(60 * time.Second)

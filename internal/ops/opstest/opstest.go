@@ -101,7 +101,16 @@ func Insert(t testing.TB, db pg.Querier, r Row) int64 {
 			VALUES (@tenant, @key, @channel, @recipient, 'course-expiry', '{"course": "Go 101"}', @due_at, @deadline,
 			        nudge_idempotency_key(@tenant, @key), @state, @fence, @attempts, @republishes, @enqueued_at,
 			        @lease_until, @next_attempt_at, @finished_at, nullif(@reason, ''), @since)
-			RETURNING id
+			RETURNING id, tenant, channel, state, fence, due_at, deadline, attempts, republishes, enqueued_at,
+			          lease_until, next_attempt_at, finished_at, reason, updated_at
+		), st AS (
+			-- The state row, as intake writes it (the mirror of schema 32,
+			-- while it runs, finds it there and leaves it).
+			INSERT INTO reminder_state (id, tenant, channel, state, fence, due_at, deadline, attempts, republishes,
+			                            enqueued_at, lease_until, next_attempt_at, finished_at, reason, updated_at)
+			SELECT id, tenant, channel, state, fence, due_at, deadline, attempts, republishes,
+			       enqueued_at, lease_until, next_attempt_at, finished_at, reason, updated_at FROM r
+			ON CONFLICT (id) DO NOTHING
 		), ev AS (
 			INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
 			SELECT id, NULL, 'pending', 0, 'opstest', 'scheduled', @since FROM r
@@ -234,7 +243,7 @@ func State(t testing.TB, db pg.Querier, id int64) (reminder.State, int64, int) {
 	var s reminder.State
 	var fence int64
 	var attempts int
-	require.NoError(t, db.QueryRow(context.Background(), `SELECT state, fence, attempts FROM reminders WHERE id = $1`, id).
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT state, fence, attempts FROM reminder_state WHERE id = $1`, id).
 		Scan(&s, &fence, &attempts))
 	return s, fence, attempts
 }

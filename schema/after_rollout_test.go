@@ -1,0 +1,153 @@
+package schema_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/schema"
+)
+
+// Plan decides what a run applies: without the after-rollout step it stops
+// at the first after-rollout migration not yet applied and applies nothing
+// past it; with the step, everything not yet applied, in order.
+func TestPlanStopsBeforeTheAfterRolloutStep(t *testing.T) {
+	t.Parallel()
+	m := func(v int, after bool) schema.Migration {
+		return schema.Migration{Version: v, Name: "m", AfterRollout: after}
+	}
+	migs := []schema.Migration{m(33, false), m(34, false), m(35, true), m(36, false), m(37, true), m(38, false)}
+	versions := func(ms []schema.Migration) []int {
+		out := []int{}
+		for _, m := range ms {
+			out = append(out, m.Version)
+		}
+		return out
+	}
+	set := func(vs ...int) map[int]bool {
+		out := map[int]bool{}
+		for _, v := range vs {
+			out[v] = true
+		}
+		return out
+	}
+	cases := []struct {
+		name         string
+		applied      map[int]bool
+		afterRollout bool
+		run, waiting []int
+	}{
+		{"fresh: up to the first after-rollout step", set(), false, []int{33, 34}, []int{35, 36, 37, 38}},
+		{"fresh, after the rollout: all", set(), true, []int{33, 34, 35, 36, 37, 38}, []int{}},
+		{"upgrading from 33", set(33), false, []int{34}, []int{35, 36, 37, 38}},
+		{"the step pending: nothing to run", set(33, 34), false, []int{}, []int{35, 36, 37, 38}},
+		{"the step pending, run after the rollout", set(33, 34), true, []int{35, 36, 37, 38}, []int{}},
+		{"the step done: up to the next step", set(33, 34, 35), false, []int{36}, []int{37, 38}},
+		{"the next step done too", set(33, 34, 35, 36, 37), false, []int{38}, []int{}},
+		{"everything applied", set(33, 34, 35, 36, 37, 38), false, []int{}, []int{}},
+		{"everything applied, after the rollout", set(33, 34, 35, 36, 37, 38), true, []int{}, []int{}},
+		// A later migration applied by an earlier run of this kind (it
+		// cannot happen through Plan, but a hole is not filled past the
+		// step either).
+		{"a hole behind the step", set(33, 35, 36), false, []int{34}, []int{37, 38}},
+	}
+	for _, c := range cases {
+		run, waiting := schema.Plan(migs, c.applied, c.afterRollout)
+		require.Equal(t, c.run, versions(run), c.name)
+		require.Equal(t, c.waiting, versions(waiting), c.name)
+	}
+}
+
+// The embedded migrations: 0035 drops the state mirror after the rollout
+// and is the only after-rollout one so far.
+func TestAfterRolloutMigrations(t *testing.T) {
+	t.Parallel()
+	migs, err := schema.Migrations()
+	require.NoError(t, err)
+	var after []string
+	for _, m := range migs {
+		if m.AfterRollout {
+			after = append(after, m.String())
+		}
+	}
+	require.Equal(t, []string{"0035_drop_state_mirror.after-rollout"}, after)
+}
+
+// Migrate leaves the mirror's drop waiting, and reports it; the after-rollout
+// step drops the mirror's triggers and functions and every index of
+// reminders that names state, and a state change then stays in
+// reminder_state.
+func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
+	t.Parallel()
+	db := testenv.EmptyPostgres(t)
+	ctx := context.Background()
+	applied, err := schema.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.NotEmpty(t, applied)
+	require.NotContains(t, applied, 35)
+	waiting, err := schema.Waiting(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Len(t, waiting, 1)
+	require.Equal(t, 35, waiting[0].Version)
+
+	triggers := func() []string {
+		rows, err := db.Pool.Query(ctx, `SELECT tgname::text FROM pg_trigger
+			WHERE tgrelid IN ('reminders'::regclass, 'reminder_state'::regclass) AND tgname::text LIKE '%mirror%'
+			ORDER BY 1`)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return names
+	}
+	stateIndexes := func() []string {
+		rows, err := db.Pool.Query(ctx, `SELECT indexname::text FROM pg_indexes
+			WHERE schemaname = current_schema() AND tablename = 'reminders' AND indexdef ~ '\mstate\M'
+			ORDER BY 1`)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return names
+	}
+	require.Len(t, triggers(), 3, "the mirror runs until the rollout completes")
+	require.Len(t, stateIndexes(), 13)
+
+	// Again: nothing new, the step still waits.
+	applied, err = schema.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+
+	applied, err = schema.MigrateAfterRollout(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{35}, applied)
+	waiting, err = schema.Waiting(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, waiting)
+	require.Empty(t, triggers())
+	require.Empty(t, stateIndexes())
+	var functions int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc
+		WHERE pronamespace = current_schema()::regnamespace AND proname LIKE 'nudge_state_mirror%'`).Scan(&functions))
+	require.Zero(t, functions)
+	applied, err = schema.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+
+	// A reminder's state row is written alone now.
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key)
+		VALUES ('acme', 'k', 'email', 'a@example.org', 't', '{}', now(), now() + interval '1 hour', 'acme/k') RETURNING id`).Scan(&id))
+	var states int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_state`).Scan(&states))
+	require.Zero(t, states, "no forward mirror")
+	_, err = db.Pool.Exec(ctx, `INSERT INTO reminder_state (id, tenant, channel, due_at, deadline)
+		SELECT id, tenant, channel, due_at, deadline FROM reminders WHERE id = $1`, id)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE reminder_state SET state = 'canceled', fence = fence + 1 WHERE id = $1`, id)
+	require.NoError(t, err)
+	var wide string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM reminders WHERE id = $1`, id).Scan(&wide))
+	require.Equal(t, "pending", wide, "no reverse mirror")
+}
