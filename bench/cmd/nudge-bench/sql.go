@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	_ "embed"
 
-	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/schema"
 )
@@ -23,9 +21,5 @@ func stmt(name string) string { return queries.Get(name) }
 // migrate migrates every schema the harness measures Nudge in. The bench
 // measures the release as it runs after its rollout: migration 32's mirror
 // dropped (nudgectl migrate --after-rollout), so no statement of the
-// harness relies on it (queries.sql writes reminder_state itself). Until
-// schema.MigrateAfterRollout is on main this is schema.Migrate, which
-// leaves the mirror on; switching is this one line:
-//
-//	var migrate = schema.MigrateAfterRollout
-var migrate func(context.Context, pg.Beginner) ([]int, error) = schema.Migrate
+// harness relies on it (queries.sql writes reminder_state itself).
+var migrate = schema.MigrateAfterRollout

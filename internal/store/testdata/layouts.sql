@@ -99,7 +99,7 @@ SELECT id, tenant, channel, state, fence, due_at, deadline, lease_until, attempt
        started_at, started_fence, claimed_by, started_by, delivered_by, reason, last_error,
        tz, window_open, window_close, window_days
   FROM reminders ORDER BY id;
-DROP INDEX reminders_campaign_keys, reminders_enqueued, reminders_expired, reminders_leases, reminders_parked,
+DROP INDEX IF EXISTS reminders_campaign_keys, reminders_enqueued, reminders_expired, reminders_leases, reminders_parked,
            reminders_pending_due, reminders_pending_tenant, reminders_replayable, reminders_retrying,
            reminders_terminal, reminders_terminal_unpurged, reminders_unsent_deadline, reminders_waiting_keys;
 CREATE INDEX reminders_keys ON reminders (tenant, key text_pattern_ops);
