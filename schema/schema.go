@@ -214,26 +214,14 @@ var preSteps = map[int]preStep{
 	33: backfillState,
 }
 
+// runPreStep runs m's step: m is not applied yet (a Migrate running at the
+// same time may run the step too, or have applied m meanwhile: the step is
+// idempotent, and apply checks the version again under the lock).
 func runPreStep(ctx context.Context, db pg.Beginner, m Migration, pre preStep) error {
-	done, err := applied(ctx, db, m.Version)
-	if err != nil || done {
-		return err
-	}
 	if err := pre(ctx, db); err != nil {
 		return fmt.Errorf("before migration %s: %w", m, err)
 	}
 	return nil
-}
-
-// applied reports whether version is recorded (false when nothing is yet).
-func applied(ctx context.Context, db pg.Beginner, version int) (bool, error) {
-	var done bool
-	err := db.QueryRow(ctx, `SELECT to_regclass('nudge_migrations') IS NOT NULL
-		AND EXISTS (SELECT 1 FROM nudge_migrations WHERE version = $1)`, version).Scan(&done)
-	if err != nil {
-		return false, fmt.Errorf("migration %04d: reading applied versions: %w", version, err)
-	}
-	return done, nil
 }
 
 // backfillBatch bounds each backfill transaction: ~10,000 rows hold the

@@ -179,8 +179,10 @@ func run(console bool) error {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	// The schema, and the broker topology the fleet only checks at start.
-	if out, err := nudgectl("migrate", "--declare-topology"); err != nil {
+	// The schema (a fresh one: no previous release runs, so the
+	// after-rollout step too), and the broker topology the fleet only
+	// checks at start.
+	if out, err := nudgectl("migrate", "--after-rollout", "--declare-topology"); err != nil {
 		return fmt.Errorf("nudgectl migrate: %v\n%s", err, out)
 	}
 
