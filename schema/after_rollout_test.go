@@ -103,9 +103,14 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 		return names
 	}
 	stateIndexes := func() []string {
-		rows, err := db.Pool.Query(ctx, `SELECT indexname::text FROM pg_indexes
-			WHERE schemaname = current_schema() AND tablename = 'reminders' AND indexdef ~ '\mstate\M'
-			ORDER BY 1`)
+		// Only reminders' own indexes are described: pg_indexes would
+		// describe every index of the database, and one that another test
+		// drops meanwhile fails the query ("cache lookup failed").
+		rows, err := db.Pool.Query(ctx, `WITH own AS MATERIALIZED (
+				SELECT indexrelid FROM pg_index WHERE indrelid = 'reminders'::regclass)
+			SELECT indexrelid::regclass::text FROM own
+			 WHERE pg_get_indexdef(indexrelid) ~ '\mstate\M'
+			 ORDER BY 1`)
 		require.NoError(t, err)
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)

@@ -8,8 +8,8 @@
 --
 -- This is the expand step of a rolling change. The previous release's
 -- binaries keep reading and writing the hot columns of reminders; this
--- release's read and write reminder_state. Until the contract step drops
--- them, triggers keep the two copies equal in both directions inside the
+-- release's read and write reminder_state. Until the after-rollout step
+-- (migration 35) drops them, triggers keep the two copies equal in both directions inside the
 -- writing transaction, so either release sees and makes the same state:
 --   reminders       -> reminder_state  on INSERT and UPDATE (forward)
 --   reminder_state  -> reminders       on UPDATE (reverse)
@@ -69,8 +69,8 @@ CREATE TABLE reminder_state (
 );
 
 -- Every index of reminders whose predicate names state, on the state row.
--- The ones on reminders stay until the contract step: the previous
--- release's statements plan with them.
+-- The ones on reminders stay until the after-rollout step (35): the
+-- previous release's statements plan with them.
 CREATE INDEX reminder_state_enqueued ON reminder_state (enqueued_at) WHERE state = 'enqueued';
 CREATE INDEX reminder_state_expired ON reminder_state (finished_at) WHERE state = 'expired';
 CREATE INDEX reminder_state_leases ON reminder_state (lease_until)

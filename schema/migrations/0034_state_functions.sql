@@ -20,9 +20,9 @@
 --   row after it has locked and written the state row.
 -- - The zone and window are state columns (the dispatcher's claim reads
 --   them from s), so nudge_reschedule_window writes them to s only; until
---   the next release drops reminders' copies, the mirror keeps those equal,
---   and reminders' checks of zone and window (reminders_tz_name,
---   reminders_window) still vet what it writes.
+--   the after-rollout step (35) drops the mirror, it keeps reminders' copies
+--   equal, and reminders' checks of zone and window (reminders_tz_name,
+--   reminders_window) vet what it writes; 35 puts the same checks on s.
 -- - Intake (nudge_try_schedule_unchecked, under nudge_schedule and
 --   nudge_try_schedule) inserts the wide row as before (its NOT NULL due_at
 --   and deadline, and the zone and window, must be given while reminders
@@ -55,13 +55,13 @@
 -- index held the open ones only). Building it reads the whole table under a
 -- lock that holds writes back (seconds per million rows): a large install
 -- builds it first with CREATE INDEX CONCURRENTLY and the same definition,
--- which IF NOT EXISTS then keeps. It costs the rollout WAL: until the next
--- release drops the mirror, every transition rewrites the wide row too,
+-- which IF NOT EXISTS then keeps. It costs the rollout WAL: until the
+-- after-rollout step (35) drops the mirror, every transition rewrites the wide row too,
 -- never HOT (state changes, which reminders' partial indexes name), so each
 -- enters this index as it enters reminders_logical_key (same columns: by
 -- that index's share in docs/benchmarks.md, ~3 records and ~250 B more per
--- delivered reminder, estimated, not measured). From the next release on a
--- transition writes no wide row, and intake pays one entry per reminder.
+-- delivered reminder, estimated, not measured). After 35 a transition
+-- writes no wide row, and intake pays one entry per reminder.
 --
 -- Rolling upgrade: the functions live in the database, so every release's
 -- binaries call these from now on; their answers and what they leave in

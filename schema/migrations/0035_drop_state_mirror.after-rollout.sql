@@ -43,3 +43,23 @@ DROP INDEX IF EXISTS reminders_pending_due, reminders_pending_tenant, reminders_
                      reminders_unsent_deadline, reminders_terminal, reminders_terminal_unpurged,
                      reminders_retrying, reminders_parked, reminders_replayable, reminders_expired,
                      reminders_waiting_keys, reminders_campaign_keys;
+
+-- The zone and window checks of reminders (reminders_tz_name,
+-- reminders_window) vetted every zone and window written through the
+-- mirror; from here on they are written to reminder_state alone
+-- (nudge_reschedule_window), so the same checks move there, NOT VALID as
+-- on reminders (rows older than the checks are not rescanned; every new or
+-- changed row is checked).
+DO $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT conname, pg_get_constraintdef(oid) AS def
+               FROM pg_constraint
+              WHERE conrelid = 'reminders'::regclass AND conname IN ('reminders_tz_name', 'reminders_window')
+    LOOP
+        EXECUTE format('ALTER TABLE reminder_state ADD CONSTRAINT %I %s',
+                       replace(c.conname, 'reminders_', 'reminder_state_'),
+                       CASE WHEN c.def LIKE '% NOT VALID' THEN c.def ELSE c.def || ' NOT VALID' END);
+    END LOOP;
+END $$;
