@@ -296,16 +296,6 @@ func writers() []writer {
 			runs: one("", retentionStatement("DeleteReminders", retention.DefaultReminderAfter))},
 		{file: retentionSQL, name: "PurgePayloads", actors: []reminder.Actor{reminder.Retention}, columnsOnly: true,
 			runs: one("", retentionStatement("PurgePayloads", retention.DefaultPayloadAfter))},
-		// The wide row's part of a purge (its payload), run in PurgePayloads' transaction.
-		{file: retentionSQL, name: "PurgeWideRows", actors: []reminder.Actor{reminder.Retention}, columnsOnly: true,
-			runs: one("", func(t *testing.T, f *fixture) {
-				ids, _ := f.idsAndFences()
-				masked := make([]string, len(ids))
-				for i := range masked {
-					masked[i] = "l***@example.com"
-				}
-				f.exec(t, f.named(t, retentionSQL, "PurgeWideRows"), pgx.NamedArgs{"ids": ids, "masked": masked})
-			})},
 	}
 }
 

@@ -7,16 +7,16 @@
 --
 -- State lives on reminder_state (schema 32, alias s): the rows are chosen
 -- and locked there, over its terminal indexes; the wide reminders row (r)
--- is read and written only for its payload.
+-- is read and written only for its payload (in the same statement: the
+-- mirror of 32 copies only the state columns a statement changed).
 
 -- name: PurgePayloads
--- Purges one batch of terminal rows, the state row's part: their attempts
--- deleted, purged_at set and the recipient masked in last_error. FOR UPDATE
--- keeps each row terminal for the transaction (a concurrent replay waits,
--- then finds it purged and refuses it); SKIP LOCKED leaves rows another
--- transaction holds for the next pass. Returns the counts, then each purged
--- row's id and masked recipient for PurgeWideRows, which empties the wide
--- row's payload in the same transaction, while these rows stay locked.
+-- Empties payloads and deletes the attempts of one batch of terminal rows:
+-- on the state row purged_at is set and the recipient masked in last_error,
+-- on the wide row data is emptied and the recipient replaced by its mask.
+-- FOR UPDATE keeps each row terminal for the statement (a concurrent replay
+-- waits, then finds it purged and refuses it); SKIP LOCKED leaves rows
+-- another transaction holds for the next pass.
 WITH old AS (
     SELECT s.id, s.channel
       FROM reminder_state s
@@ -39,19 +39,14 @@ WITH old AS (
        SET purged_at = @now, last_error = replace(s.last_error, m.recipient, m.masked)
       FROM masked m
      WHERE s.id = m.id
- RETURNING s.id, m.masked
+ RETURNING s.id
+), wide AS (
+    UPDATE reminders r
+       SET data = '{}'::jsonb, recipient = m.masked
+      FROM masked m
+     WHERE r.id = m.id
 )
-SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM att),
-       coalesce((SELECT array_agg(id ORDER BY id) FROM upd), '{}'),
-       coalesce((SELECT array_agg(masked ORDER BY id) FROM upd), '{}');
-
--- name: PurgeWideRows
--- The wide row's part of PurgePayloads, in its transaction: data emptied,
--- the recipient replaced by its mask.
-UPDATE reminders r
-   SET data = '{}'::jsonb, recipient = w.masked
-  FROM unnest(@ids::bigint[], @masked::text[]) AS w(id, masked)
- WHERE r.id = w.id;
+SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM att);
 
 -- name: DeleteReminders
 -- Deletes one batch of terminal rows (their attempts

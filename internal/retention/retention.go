@@ -4,9 +4,8 @@
 // decision events are deleted after the longest, once the reminder itself is
 // gone. Open reminders are never touched.
 //
-// A pass works in bounded batches (one statement each, or one transaction
-// of two for a payload purge; oldest first, rows another transaction holds
-// are skipped and taken next time) and is
+// A pass works in bounded batches (one statement each, oldest first, rows
+// another transaction holds are skipped and taken next time) and is
 // idempotent: what it already did no longer matches, so a second pass over
 // the same data writes nothing. The reconciler runs one pass per loop.
 package retention
@@ -117,7 +116,7 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 // Cleaner runs retention passes. Safe for one pass at a time per Cleaner;
 // passes of several Cleaners (two reconcilers) may overlap safely.
 type Cleaner struct {
-	DB     pg.Beginner
+	DB     pg.Querier
 	Clock  clock.Clock
 	Config Config
 
@@ -130,7 +129,7 @@ type Cleaner struct {
 }
 
 // New returns a Cleaner on db.
-func New(db pg.Beginner, cfg Config, clk clock.Clock) *Cleaner {
+func New(db pg.Querier, cfg Config, clk clock.Clock) *Cleaner {
 	return &Cleaner{DB: db, Config: cfg, Clock: clk}
 }
 
@@ -188,21 +187,21 @@ func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 
 	steps := []struct {
 		what   string
-		run    batchFunc
+		sql    string
 		window time.Duration
 		counts []*int64 // the first is the batch's row count
 	}{
 		// Deleting first: a row past both windows is deleted, not purged then deleted.
-		{"deleting reminders", c.statement("DeleteReminders"), cfg.ReminderAfter, []*int64{&sum.RemindersDeleted}},
-		{"removing payloads", c.purgePayloads, cfg.PayloadAfter, []*int64{&sum.Purged, &sum.AttemptsDeleted}},
-		{"deleting operator audit rows", c.statement("DeleteAudit"), cfg.EventAfter, []*int64{&sum.AuditDeleted}},
-		{"deleting dispatch runs", c.statement("DeleteRuns"), cfg.ReminderAfter, []*int64{&sum.RunsDeleted}},
-		{"deleting publish confirmations", c.statement("DeleteConfirms"), cfg.ReminderAfter, []*int64{&sum.ConfirmsDeleted}},
-		{"deleting idle rate-limit flows", c.statement("DeleteIdleFlows"), IdleFlowAfter, []*int64{&sum.FlowsDeleted}},
-		{"deleting reported message statuses", c.statement("DeleteMessageStatuses"), cfg.PayloadAfter, []*int64{&sum.StatusesDeleted}},
+		{"deleting reminders", query("DeleteReminders"), cfg.ReminderAfter, []*int64{&sum.RemindersDeleted}},
+		{"removing payloads", query("PurgePayloads"), cfg.PayloadAfter, []*int64{&sum.Purged, &sum.AttemptsDeleted}},
+		{"deleting operator audit rows", query("DeleteAudit"), cfg.EventAfter, []*int64{&sum.AuditDeleted}},
+		{"deleting dispatch runs", query("DeleteRuns"), cfg.ReminderAfter, []*int64{&sum.RunsDeleted}},
+		{"deleting publish confirmations", query("DeleteConfirms"), cfg.ReminderAfter, []*int64{&sum.ConfirmsDeleted}},
+		{"deleting idle rate-limit flows", query("DeleteIdleFlows"), IdleFlowAfter, []*int64{&sum.FlowsDeleted}},
+		{"deleting reported message statuses", query("DeleteMessageStatuses"), cfg.PayloadAfter, []*int64{&sum.StatusesDeleted}},
 	}
 	for _, st := range steps {
-		if err := c.batches(ctx, cfg, &sum, st.what, st.run, st.window, st.counts); err != nil {
+		if err := c.batches(ctx, cfg, &sum, st.what, st.sql, st.window, st.counts); err != nil {
 			return sum, err
 		}
 	}
@@ -212,44 +211,9 @@ func (c *Cleaner) Pass(ctx context.Context) (Summary, error) {
 	return sum, nil
 }
 
-// batchFunc runs one batch with args (now, before, limit), scans its counts
-// into dest and returns how many statements it ran.
-type batchFunc func(ctx context.Context, args pgx.NamedArgs, dest []any) (int, error)
-
-// statement is the batchFunc of a named statement that returns its counts.
-func (c *Cleaner) statement(name string) batchFunc {
-	sql := query(name)
-	return func(ctx context.Context, args pgx.NamedArgs, dest []any) (int, error) {
-		return 1, c.DB.QueryRow(ctx, sql, args).Scan(dest...)
-	}
-}
-
-// purgePayloads purges one batch in one transaction of two statements: the
-// state rows (PurgePayloads: attempts, purged_at, last_error), then the wide
-// rows' payload (PurgeWideRows). Committed together, so a row is never
-// marked purged with its payload still there, nor the reverse.
-func (c *Cleaner) purgePayloads(ctx context.Context, args pgx.NamedArgs, dest []any) (int, error) {
-	n := 0
-	err := pgx.BeginFunc(ctx, c.DB, func(tx pgx.Tx) error {
-		var ids []int64
-		var masked []string
-		n++
-		if err := tx.QueryRow(ctx, query("PurgePayloads"), args).Scan(append(dest, &ids, &masked)...); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		n++
-		_, err := tx.Exec(ctx, query("PurgeWideRows"), pgx.NamedArgs{"ids": ids, "masked": masked})
-		return err
-	})
-	return n, err
-}
-
-// batches runs one kind of batch until one comes back short or the pass's
-// bound is reached.
-func (c *Cleaner) batches(ctx context.Context, cfg Config, sum *Summary, what string, run batchFunc, window time.Duration, counts []*int64) error {
+// batches runs one statement kind until a batch comes back short or the
+// pass's bound is reached.
+func (c *Cleaner) batches(ctx context.Context, cfg Config, sum *Summary, what, sql string, window time.Duration, counts []*int64) error {
 	for i := 0; ; i++ {
 		if i == cfg.MaxBatches {
 			sum.More = true
@@ -261,11 +225,10 @@ func (c *Cleaner) batches(ctx context.Context, cfg Config, sum *Summary, what st
 		for j := range got {
 			dest[j] = &got[j]
 		}
-		n, err := run(ctx, pgx.NamedArgs{
+		sum.Statements++
+		if err := c.DB.QueryRow(ctx, sql, pgx.NamedArgs{
 			"now": now, "before": now.Add(-window), "limit": cfg.Batch,
-		}, dest)
-		sum.Statements += n
-		if err != nil {
+		}).Scan(dest...); err != nil {
 			return fmt.Errorf("retention: %s: %w", what, err)
 		}
 		for j, n := range got {
