@@ -69,6 +69,8 @@ var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "burs
 func main() {
 	var o options
 	var workers, sizes, scrapeSizes, only string
+	var serveProvider bool
+	flag.BoolVar(&serveProvider, "serve-fake-provider", false, "instead of the benchmark: serve the instant fake SMS provider on a loopback port, print its URL, stop when stdin ends (the harness runs itself so, to read the provider's CPU apart)")
 	flag.IntVar(&o.n, "n", 100000, "reminders / jobs per run of the headline comparison (-headline workers, Nudge and River)")
 	flag.IntVar(&o.nOther, "n-other", 10000, "reminders / jobs / messages per run everywhere else (other worker counts, raw broker, dispatcher alone)")
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of every measurement (median, min, max are reported)")
@@ -97,6 +99,13 @@ func main() {
 	flag.StringVar(&only, "only", strings.Join(allSections, ","), "sections to run: "+strings.Join(allSections, ","))
 	flag.BoolVar(&o.diagnose, "diagnose", false, "instead of the benchmark: EXPLAIN ANALYZE the dispatcher's statements and sample pg_stat_activity during one e2e run with -profile-workers workers")
 	flag.Parse()
+	if serveProvider {
+		if err := serveFakeProvider(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "nudge-bench -serve-fake-provider:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if o.workers, err = intList(workers, 1); err != nil {
 		fatalUsage("-workers", err)
