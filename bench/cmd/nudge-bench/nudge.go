@@ -304,19 +304,19 @@ func dispatcherAlone(ctx context.Context, e *env, n, envelope int) (dispatchResu
 // (startFakeProvider) and returns the real SMS client pointed at it,
 // counting its sends into sent.
 func fakeSMS(sent *atomic.Int64) (countedSMS, func(), error) {
-	url, stopProvider, err := startFakeProvider()
+	fp, err := startFakeProvider()
 	if err != nil {
 		return countedSMS{}, nil, err
 	}
 	// A pooled transport: the production default (http.Client{} with
 	// MaxIdleConnsPerHost 2) would measure TCP connection churn instead.
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
-	sender, err := sms.New(sms.Config{URL: url, Timeout: 10 * time.Second, HTTPClient: hc})
+	sender, err := sms.New(sms.Config{URL: fp.URL, Timeout: 10 * time.Second, HTTPClient: hc})
 	if err != nil {
-		stopProvider()
+		fp.stop()
 		return countedSMS{}, nil, fmt.Errorf("SMS client: %w", err)
 	}
-	return countedSMS{sender, sent}, func() { hc.CloseIdleConnections(); stopProvider() }, nil
+	return countedSMS{sender, sent}, func() { hc.CloseIdleConnections(); fp.stop() }, nil
 }
 
 // countedSMS is the real SMS client (every method of it: the worker asks a
