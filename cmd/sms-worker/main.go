@@ -28,6 +28,7 @@ func main() {
 		o         = fleet.Worker{Name: "sms-worker", Config: worker.Config{Channel: reminder.SMS}}
 		smsFlags  sms.Flags
 		templates string
+		profile   string
 	)
 	cmd := &cobra.Command{
 		Use:   "sms-worker",
@@ -38,6 +39,11 @@ func main() {
 			if err != nil {
 				return err
 			}
+			stopProfile, err := startCPUProfile(profile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			ctx, stop := config.SignalContext()
 			defer stop()
 			env := fleet.Env{Log: log, Registry: probe.NewRegistry(), Clock: clock.Real{}}
@@ -73,5 +79,7 @@ func main() {
 	o.RegisterFlags(f)
 	smsFlags.Register(f)
 	f.StringVar(&templates, "templates", "", "directory of NAME.sms.tmpl overriding the built-in templates")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for benchmarks)")
+	_ = f.MarkHidden("cpuprofile")
 	config.Execute(cmd)
 }

@@ -135,7 +135,11 @@ func (k *Keyring) OpenAll(body []byte, headers map[string]any, dst []Envelope) (
 		return dst, true, fmt.Errorf("%w: a %d-byte batch, the limit is %d", ErrTooLarge, len(body), MaxBatchBodyBytes)
 	}
 	var b Batch
-	malformed := decodeStrict(body, &b)
+	var malformed error
+	if !decodeBatch(body, &b) {
+		b = Batch{}
+		malformed = decodeStrict(body, &b)
+	}
 	channel := b.Channel
 	if malformed != nil && channel == "" {
 		channel = channelOf(body)

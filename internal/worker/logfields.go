@@ -7,8 +7,13 @@ import (
 )
 
 // with adds to ev what every log line about a reminder carries: its ID,
-// tenant, channel, attempt and fence, and the recipient masked.
+// tenant, channel, attempt and fence, and the recipient masked. A level
+// that is off gives a nil event: nothing is built for it (the mask would
+// allocate per reminder for a debug line nobody reads).
 func (w *Worker) with(ev *zerolog.Event, it *item) *zerolog.Event {
+	if ev == nil {
+		return nil
+	}
 	ev = ev.Int64("reminder_id", it.env.ReminderID).Str("channel", string(w.cfg.Channel))
 	if it.att.Number != 0 {
 		ev = ev.Int("attempt", it.att.Number).Int64("fence", it.att.Fence)

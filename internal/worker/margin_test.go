@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,7 +48,7 @@ func TestP99(t *testing.T) {
 	ramp := func(n int) []time.Duration {
 		ds := make([]time.Duration, n)
 		for i := range ds {
-			ds[i] = time.Duration(n-i) * time.Millisecond // descending: p99 sorts
+			ds[i] = time.Duration(n-i) * time.Millisecond // descending
 		}
 		return ds
 	}
@@ -65,6 +67,51 @@ func TestP99(t *testing.T) {
 		if got := p99(tc.ds); got != tc.want {
 			t.Errorf("p99 of %d: got %s, want %s", len(tc.ds), got, tc.want)
 		}
+	}
+}
+
+// p99 without a sort is the sorted slice's nearest rank, for every length up
+// to past the window and for latencies with many ties and none, and leaves
+// its input as it was.
+func TestP99MatchesSortedRank(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(18, 2))
+	for n := 1; n <= latencyWindow+200; n++ {
+		for _, spread := range []int64{3, 1 << 40} { // ties everywhere; hardly any
+			ds := make([]time.Duration, n)
+			for i := range ds {
+				ds[i] = time.Duration(r.Int64N(spread))
+			}
+			in := slices.Clone(ds)
+			sorted := slices.Sorted(slices.Values(ds))
+			want := sorted[(99*n+99)/100-1]
+			if got := p99(ds); got != want {
+				t.Fatalf("p99 of %d latencies (spread %d): got %d, want %d", n, spread, got, want)
+			}
+			if !slices.Equal(ds, in) {
+				t.Fatalf("p99 of %d latencies changed its input", n)
+			}
+		}
+	}
+}
+
+// BenchmarkLatenciesRecord is the cost of recording one provider call's
+// latency with a full window of varied latencies (the real worker's case:
+// a fake clock's equal latencies are what a sort does fastest).
+func BenchmarkLatenciesRecord(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	ds := make([]time.Duration, 4096)
+	for i := range ds {
+		ds[i] = time.Duration(1e6 + r.Int64N(5e6)) // 1–6 ms
+	}
+	var l latencies
+	for i := range latencyWindow {
+		l.record(ds[i%len(ds)])
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		l.record(ds[i%len(ds)])
 	}
 }
 

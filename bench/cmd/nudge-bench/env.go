@@ -77,13 +77,15 @@ func summarize(xs []float64) stats {
 }
 
 // cpuTicks are CPU seconds (user+system) by owner, read from /proc.
-type cpuTicks struct{ Postgres, RabbitMQ, Harness, Other float64 }
+// Provider is the fake SMS provider's process (provider.go): the server side
+// of the HTTP call, not Nudge's cost.
+type cpuTicks struct{ Postgres, RabbitMQ, Harness, Provider, Other float64 }
 
 const clockTicks = 100.0 // USER_HZ on Linux
 
 func readCPU() cpuTicks {
 	var c cpuTicks
-	self := os.Getpid()
+	self, provider := os.Getpid(), int(fakeProviderPID.Load())
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
@@ -110,6 +112,8 @@ func readCPU() cpuTicks {
 		switch {
 		case pid == self:
 			c.Harness += sec
+		case pid == provider:
+			c.Provider += sec
 		case comm == "postgres" || strings.HasPrefix(comm, "postgres"):
 			c.Postgres += sec
 		case comm == "beam.smp" || comm == "erl_child_setup" || comm == "epmd" || comm == "inet_gethost":
@@ -122,7 +126,7 @@ func readCPU() cpuTicks {
 }
 
 func (a cpuTicks) sub(b cpuTicks) cpuTicks {
-	return cpuTicks{a.Postgres - b.Postgres, a.RabbitMQ - b.RabbitMQ, a.Harness - b.Harness, a.Other - b.Other}
+	return cpuTicks{a.Postgres - b.Postgres, a.RabbitMQ - b.RabbitMQ, a.Harness - b.Harness, a.Provider - b.Provider, a.Other - b.Other}
 }
 
 // resetPeakRSS resets VmHWM of this process (Linux: clear_refs 5).

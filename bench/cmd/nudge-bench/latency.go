@@ -75,7 +75,8 @@ type latencyResult struct {
 // machineLoad says whether a run's latencies are the machine's: Pressure
 // is the share of the run's wall time during which some runnable task
 // waited for a CPU (PSI "some", -1 without PSI), RunDelay the time this
-// process's threads (dispatcher, workers, fake provider) waited runnable
+// process's threads (dispatcher, workers; the fake provider is a process
+// of its own) waited runnable
 // for a CPU, per second of the run, and Load the 1-minute load average at
 // the run's end.
 type machineLoad struct {

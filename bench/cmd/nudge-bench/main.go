@@ -60,6 +60,7 @@ type options struct {
 	scalePerRun, batch  int
 	controlSize         int
 	procN, procPrefetch int
+	procProfile         string
 	planningN           int
 }
 
@@ -69,6 +70,8 @@ var allSections = []string{"raw", "dispatcher", "e2e", "latency", "procs", "burs
 func main() {
 	var o options
 	var workers, sizes, scrapeSizes, only string
+	var serveProvider bool
+	flag.BoolVar(&serveProvider, "serve-fake-provider", false, "instead of the benchmark: serve the instant fake SMS provider on a loopback port, print its URL, stop when stdin ends (the harness runs itself so, to read the provider's CPU apart)")
 	flag.IntVar(&o.n, "n", 100000, "reminders / jobs per run of the headline comparison (-headline workers, Nudge and River)")
 	flag.IntVar(&o.nOther, "n-other", 10000, "reminders / jobs / messages per run everywhere else (other worker counts, raw broker, dispatcher alone)")
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of every measurement (median, min, max are reported)")
@@ -92,11 +95,19 @@ func main() {
 	flag.IntVar(&envelopeSize, "envelope-size", envelopeSize, "reminders per broker message of every dispatcher (dispatcher --envelope-size; 1: a message per reminder); the dispatcher-alone section also runs at 1")
 	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
 	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
+	flag.StringVar(&o.procProfile, "proc-cpuprofile", "", "CPU profile of the first run's sms-worker process (its --cpuprofile; empty: none)")
 	flag.IntVar(&o.procPrefetch, "proc-prefetch", 500, "the worker process's --prefetch")
 	flag.IntVar(&o.planningN, "planning-n", 5000, "intents per run of the planning section, each of its three ways (the SQL function, one call per reminder, is the slow one)")
 	flag.StringVar(&only, "only", strings.Join(allSections, ","), "sections to run: "+strings.Join(allSections, ","))
 	flag.BoolVar(&o.diagnose, "diagnose", false, "instead of the benchmark: EXPLAIN ANALYZE the dispatcher's statements and sample pg_stat_activity during one e2e run with -profile-workers workers")
 	flag.Parse()
+	if serveProvider {
+		if err := serveFakeProvider(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "nudge-bench -serve-fake-provider:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if o.workers, err = intList(workers, 1); err != nil {
 		fatalUsage("-workers", err)
@@ -370,12 +381,16 @@ func run(ctx context.Context, o options) error {
 			lap("planning")
 		}
 		if o.sections["procs"] {
-			pr, err := procRun(ctx, e, bins, o.procN, o.procPrefetch, o.batch)
+			prof := ""
+			if i == 0 {
+				prof = o.procProfile
+			}
+			pr, err := procRun(ctx, e, bins, o.procN, o.procPrefetch, o.batch, prof)
 			if err != nil {
 				return fmt.Errorf("worker and dispatcher processes: %w", err)
 			}
-			fmt.Printf("  processes: sms-worker peak RSS %.1f MiB, dispatcher %.1f MiB, %.0f reminders/s\n",
-				pr.WorkerMiB, pr.DispatcherMiB, pr.Rate)
+			fmt.Printf("  processes: sms-worker peak RSS %.1f MiB, CPU %.3f s per 1,000, dispatcher %.1f MiB, %.0f reminders/s, %d connections to the provider\n",
+				pr.WorkerMiB, pr.WorkerCPU*1000/float64(o.procN), pr.DispatcherMiB, pr.Rate, pr.ProviderConns)
 			r.procs = append(r.procs, pr)
 			lap("procs")
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -20,7 +19,6 @@ import (
 	"github.com/nudgehq/nudge/internal/broker"
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/dispatch"
-	"github.com/nudgehq/nudge/internal/fakesms"
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/provider"
@@ -302,19 +300,23 @@ func dispatcherAlone(ctx context.Context, e *env, n, envelope int) (dispatchResu
 	return res, nil
 }
 
-// fakeSMS starts an instant fake SMS provider in this process and returns
-// the real SMS client pointed at it, counting its sends into sent.
+// fakeSMS starts an instant fake SMS provider in a process of its own
+// (startFakeProvider) and returns the real SMS client pointed at it,
+// counting its sends into sent.
 func fakeSMS(sent *atomic.Int64) (countedSMS, func(), error) {
-	sink := httptest.NewServer(fakesms.New())
+	fp, err := startFakeProvider()
+	if err != nil {
+		return countedSMS{}, nil, err
+	}
 	// A pooled transport: the production default (http.Client{} with
 	// MaxIdleConnsPerHost 2) would measure TCP connection churn instead.
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
-	sender, err := sms.New(sms.Config{URL: sink.URL, Timeout: 10 * time.Second, HTTPClient: hc})
+	sender, err := sms.New(sms.Config{URL: fp.URL, Timeout: 10 * time.Second, HTTPClient: hc})
 	if err != nil {
-		sink.Close()
+		fp.stop()
 		return countedSMS{}, nil, fmt.Errorf("SMS client: %w", err)
 	}
-	return countedSMS{sender, sent}, sink.Close, nil
+	return countedSMS{sender, sent}, func() { hc.CloseIdleConnections(); fp.stop() }, nil
 }
 
 // countedSMS is the real SMS client (every method of it: the worker asks a

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/nudgehq/nudge/internal/fakesms"
 )
 
 // The memory benchmark runs the real binaries, each a process of its own,
@@ -150,25 +147,34 @@ type procResult struct {
 	WorkerMiB, DispatcherMiB       float64  // VmHWM before SIGTERM
 	WorkerCPU, DispatcherCPU       float64  // CPU seconds over the process's life
 	Rate                           float64  // reminders/s, first claim → last terminal
+	ProviderConns                  int64    // TCP connections the fake provider accepted (-1: unknown)
 	WorkerErrors, DispatcherErrors []string // error-level lines each logged
 }
 
 // procRun seeds n due reminders, starts one sms-worker process (prefetch
 // `prefetch`, otherwise its defaults) against an instant fake SMS provider
-// hosted here, waits until it is ready, then starts one dispatcher process
+// (a process of its own, startFakeProvider), waits until it is ready, then starts one dispatcher process
 // (batch `batch`, in its loop: the first pass takes the whole backlog, and
 // a pass that fails is followed by another a second later, as in compose).
 // The dispatcher is stopped once every reminder is enqueued, the worker once
-// every one is terminal.
-func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int) (procResult, error) {
+// every one is terminal. With profile set, the worker writes its CPU profile
+// there.
+func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int, profile string) (procResult, error) {
 	var res procResult
 	s, err := setupNudge(ctx, e, n, nil)
 	if err != nil {
 		return res, err
 	}
 	defer s.cleanup()
-	sink := httptest.NewServer(fakesms.New())
-	defer sink.Close()
+	sink, err := startFakeProvider()
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if sink != nil {
+			sink.stop()
+		}
+	}()
 	port, err := freePort()
 	if err != nil {
 		return res, err
@@ -177,9 +183,15 @@ func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int
 		"--log-format", "json", "--log-level", "warn"}
 	keys := "NUDGE_SIGNING_KEYS=" + signingKeys
 
-	w, err := startChild("sms-worker", bins.worker, filepath.Join(bins.dir, "sms-worker.log"),
-		append(common, "--prefetch", strconv.Itoa(prefetch), "--sms-url", sink.URL,
-			"--listen", "127.0.0.1:"+strconv.Itoa(port)), keys)
+	args := append(common, "--prefetch", strconv.Itoa(prefetch), "--sms-url", sink.URL,
+		"--listen", "127.0.0.1:"+strconv.Itoa(port))
+	if profile != "" {
+		if profile, err = filepath.Abs(profile); err != nil {
+			return res, err
+		}
+		args = append(args, "--cpuprofile", profile)
+	}
+	w, err := startChild("sms-worker", bins.worker, filepath.Join(bins.dir, "sms-worker.log"), args, keys)
 	if err != nil {
 		return res, err
 	}
@@ -245,6 +257,8 @@ func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int
 		return res, err
 	}
 	res.WorkerMiB, res.WorkerCPU = w.peakMiB, w.cpuSec
+	res.ProviderConns = sink.stop()
+	sink = nil
 	var first, last time.Time
 	if err := s.pool.QueryRow(ctx, stmt("E2ESpan"), belowWarm).Scan(&first, &last); err != nil {
 		return res, fmt.Errorf("reading the run's span: %w", err)

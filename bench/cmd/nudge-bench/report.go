@@ -154,8 +154,8 @@ func report(o options, m machine, r results) error {
 						rs, nudgeS[i].Median, ss.Median, yes(rs >= 1.0))
 				}
 				c := summarizeCosts(nudgeCosts(r.e2e[k]), o.nFor(k))
-				p("| total CPU-s per 1,000 delivered reminders, %d worker(s), HTTP provider ≤ 0.15 | %.3f (PostgreSQL %.3f, RabbitMQ %.3f, Go %.3f) | %s |\n", k,
-					c.Total(), c.Postgres, c.RabbitMQ, c.Harness, yes(c.Total() <= 0.15))
+				p("| total CPU-s per 1,000 delivered reminders, %d worker(s), HTTP provider ≤ 0.15: PostgreSQL + RabbitMQ + Go (the harness: dispatcher, workers, the HTTP client), not the fake provider's process | %.3f (PostgreSQL %.3f, RabbitMQ %.3f, Go %.3f; besides: fake provider %.3f, all-in %.3f) | %s |\n", k,
+					c.Total(), c.Postgres, c.RabbitMQ, c.Harness, c.Provider, c.AllIn(), yes(c.Total() <= 0.15))
 				if c.HasRecords {
 					p("| WAL per delivered reminder ≤ 2,200 bytes | %.0f bytes (%.1f records) | %s |\n", c.RecordBytes, c.Records, yes(c.RecordBytes <= 2200))
 				}
@@ -225,7 +225,7 @@ func report(o options, m machine, r results) error {
 		p("%s.\n\n", notRun)
 	} else {
 		p("![Throughput vs worker count, Nudge vs River](benchmarks-throughput.png)\n\n")
-		p("Nudge: N SMS reminders already due, one dispatcher pass (`Dispatcher.RunOnce`, batch 500, %d reminders per broker message (`--envelope-size`); run again if it fails, as its loop would) and k **in-process** `worker.Worker` instances (default config: concurrency 4, batch 50, prefetch 400), each with its own PostgreSQL pool and AMQP connections, sending to the fake SMS provider (`fakesms.New()` on `httptest`, answering at once, over a pooled HTTP transport). Rate = N / (first claim event → last terminal event), both from the event trail (`reminder_timeline`: stored and folded events). Every reminder delivered in every run: %s.\n\n", envelopeSize, yes(allDelivered(o, r)))
+		p("Nudge: N SMS reminders already due, one dispatcher pass (`Dispatcher.RunOnce`, batch 500, %d reminders per broker message (`--envelope-size`); run again if it fails, as its loop would) and k **in-process** `worker.Worker` instances (default config: concurrency 4, batch 50, prefetch 400), each with its own PostgreSQL pool and AMQP connections, sending to the fake SMS provider (`fakesms.New()` in a process of its own, this binary run with `-serve-fake-provider`, answering at once, over loopback HTTP with a pooled transport). Rate = N / (first claim event → last terminal event), both from the event trail (`reminder_timeline`: stored and folded events). Every reminder delivered in every run: %s.\n\n", envelopeSize, yes(allDelivered(o, r)))
 		p("River %s: the same N no-op jobs inserted with `InsertMany` (before the clock starts) and worked by k `river.Client`s, each with its own pool, in two configurations run one after the other for every worker count and run:\n\n", riverVersion)
 		p("- **River, default fetch settings**: `MaxWorkers` %d per client (the in-flight capacity of one Nudge worker: 4 × 50), `FetchCooldown` and `FetchPollInterval` left at River's defaults (%s and %s). The configuration earlier reports measured.\n", riverPerWorker, river.FetchCooldownDefault, river.FetchPollIntervalDefault)
 		p("- **River tuned as `river bench`**: every client configured as River's own benchmark command (`river bench`, `cmd/river/riverbench/river_bench.go` in riverqueue/river) configures its one client, which its comments say performs much better than the client's defaults: `FetchCooldown: %s`, `FetchPollInterval: %s`, `Queues: {river.QueueDefault: {MaxWorkers: %s}}` (per client, so k × %s in all).\n\n",
@@ -258,19 +258,23 @@ func report(o options, m machine, r results) error {
 			}
 		}, "end-to-end"))
 		p("\n### CPU seconds per 1,000 (median), from /proc\n\n")
-		p("Sampled from `/proc/*/stat` before and after each run: `postgres` processes, RabbitMQ (`beam.smp` and helpers), and the harness process (which hosts the Nudge dispatcher and workers — or the River clients — plus the fake SMS provider). Backends that exit during a run are not counted. The PostgreSQL and RabbitMQ columns count the whole servers, so on a shared machine they include other users' work: River's RabbitMQ column, which should be zero, shows how much.\n\n")
+		p("Sampled from `/proc/*/stat` before and after each run: `postgres` processes, RabbitMQ (`beam.smp` and helpers), the harness process (which hosts the Nudge dispatcher and workers, with the client side of their HTTP calls — or the River clients), and the fake SMS provider's process (this binary again, `-serve-fake-provider`: the server side of the HTTP calls, which in production is the provider's machine, over loopback as before). **total** is PostgreSQL + RabbitMQ + the harness; **all-in** adds the fake provider, which the harness process hosted until 2026-12-02 and its total then counted. Backends that exit during a run are not counted. The PostgreSQL and RabbitMQ columns count the whole servers, so on a shared machine they include other users' work: River's RabbitMQ column, which should be zero, shows how much.\n\n")
 		p("WAL per item, from `pg_waldump` over the run's LSN range (`pg_current_wal_lsn()` before and after): the records that touch a relation of the run's own schema (its tables, indexes and their TOAST; commit records name no relation and are not counted) and their bytes, so other work on the server does not count (counted in the first run only: reading the WAL takes seconds per 100,000 items; a temporary replication slot keeps the run's segments until they are read); and, for reference, every byte the cluster wrote in that range, which on a shared server includes everyone else's. ")
 		if walNote != "" {
 			p("Records were not counted in this run: %s.", walNote)
 		}
-		p("\n\n| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | other processes (noise) | WAL records per item | their bytes per item | cluster WAL bytes per item |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p("\n\n| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | fake provider | all-in | other processes (noise) | WAL records per item | their bytes per item | cluster WAL bytes per item |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		cpuRow := func(system string, k int, runs []runCost) {
 			c := summarizeCosts(runs, o.nFor(k))
 			recs, recBytes := "–", "–"
 			if c.HasRecords {
 				recs, recBytes = fmt.Sprintf("%.1f", c.Records), fmt.Sprintf("%.0f", c.RecordBytes)
 			}
-			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.0f |\n", system, k, c.Postgres, c.RabbitMQ, c.Harness, c.Total(), c.Other, recs, recBytes, c.ClusterBytes)
+			provider, allIn := "–", "–"
+			if c.Provider > 0 {
+				provider, allIn = fmt.Sprintf("%.3f", c.Provider), fmt.Sprintf("%.3f", c.AllIn())
+			}
+			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %s | %s | %.3f | %s | %s | %.0f |\n", system, k, c.Postgres, c.RabbitMQ, c.Harness, c.Total(), provider, allIn, c.Other, recs, recBytes, c.ClusterBytes)
 		}
 		for _, k := range o.workers {
 			cpuRow("Nudge", k, nudgeCosts(r.e2e[k]))
@@ -369,14 +373,14 @@ func report(o options, m machine, r results) error {
 	}
 	if o.sections["dispatcher"] || o.sections["e2e"] {
 		p("### Harness RSS (rough proxy)\n\n")
-		p("Peak RSS (`VmHWM`, reset through `/proc/self/clear_refs` before each run) of the **harness process** during the in-process runs above, which host everything in one process, including the fake SMS provider, which keeps every message it accepted (most of the growth with N); the per-process figures are the table above.\n\n")
+		p("Peak RSS (`VmHWM`, reset through `/proc/self/clear_refs` before each run) of the **harness process** during the in-process runs above, which host the dispatcher and the workers in one process (the fake SMS provider, which keeps every message it accepted, has a process of its own since 2026-12-02: earlier figures included it, most of their growth with N); the per-process figures are the table above.\n\n")
 		p("| run | N | peak RSS MiB median | min | max |\n|---|---|---|---|---|\n")
 		if o.sections["dispatcher"] {
 			p("| dispatcher alone | %s | %s |\n", thousands(o.nOther), fmtSf(pick(r.disp, func(x dispatchResult) float64 { return x.RSS })))
 		}
 		if o.sections["e2e"] {
 			for _, k := range o.workers {
-				p("| Nudge e2e, %d in-process workers + dispatcher + fake SMS | %s | %s |\n", k, thousands(o.nFor(k)), fmtSf(pick(r.e2e[k], func(x e2eResult) float64 { return x.RSS })))
+				p("| Nudge e2e, %d in-process workers + dispatcher | %s | %s |\n", k, thousands(o.nFor(k)), fmtSf(pick(r.e2e[k], func(x e2eResult) float64 { return x.RSS })))
 				p("| River, default fetch settings, %d clients | %s | %s |\n", k, thousands(o.nFor(k)), fmtSf(pick(r.river[k], func(x riverResult) float64 { return x.RSS })))
 				p("| River tuned as `river bench`, %d clients | %s | %s |\n", k, thousands(o.nFor(k)), fmtSf(pick(r.tuned[k], func(x riverResult) float64 { return x.RSS })))
 			}
@@ -435,7 +439,7 @@ func reportLatency(p func(string, ...any), o options, r results) {
 	delay := pick(r.latency, func(x latencyResult) float64 { return float64(x.Machine.RunDelay) / float64(time.Millisecond) })
 	load := pick(r.latency, func(x latencyResult) float64 { return x.Machine.Load })
 	if pressure.Min >= 0 {
-		p("**How busy the machine was** during the runs (median over runs, range): some runnable task waited for a CPU during %.0f%% (%.0f–%.0f%%) of the run's wall time (`/proc/pressure/cpu`, \"some\"); the harness's threads, which host the dispatcher, the workers and the fake provider, waited runnable for a CPU %s ms per second of the run (`/proc/self/task/*/schedstat`); load average %s at the runs' end. On an idle machine both are near zero: what the harness's threads wait for a CPU is added to the hops above, whatever the code does.\n\n",
+		p("**How busy the machine was** during the runs (median over runs, range): some runnable task waited for a CPU during %.0f%% (%.0f–%.0f%%) of the run's wall time (`/proc/pressure/cpu`, \"some\"); the harness's threads, which host the dispatcher and the workers (the fake provider is a process of its own), waited runnable for a CPU %s ms per second of the run (`/proc/self/task/*/schedstat`); load average %s at the runs' end. On an idle machine both are near zero: what the harness's threads wait for a CPU is added to the hops above, whatever the code does.\n\n",
 			pressure.Median, pressure.Min, pressure.Max, fmtR(delay, 0), fmtR(load, 1))
 	}
 	p("%s\n", failedPassesNote(func(yield func([]string) bool) {
@@ -536,7 +540,7 @@ func jitLabel(c claimPlan) string {
 
 func reportProcs(p func(string, ...any), o options, r results) {
 	rate := pick(r.procs, func(x procResult) float64 { return x.Rate })
-	p("The real binaries, built from this tree with `go build` into a temporary directory, each a process of its own: one `sms-worker` (`--prefetch %d`, otherwise its defaults: concurrency 4, batch 50), started first and ready, then one `dispatcher` (`--batch %d`, in its loop, its first pass taking the whole backlog of %s due reminders). The fake SMS provider runs in the harness. Peak RSS is `VmHWM` from `/proc/<pid>/status`, read just before SIGTERM (the dispatcher once every reminder is enqueued, the worker once every one is terminal); not `ru_maxrss`, which for a child of a Go process starts at the parent's RSS (the kernel carries the high-water mark of the memory shared until `execve` into the child). CPU is the process's user + system time over its whole life, per 1,000 reminders. This setup delivered %s reminders/s (first claim → last terminal).\n\n",
+	p("The real binaries, built from this tree with `go build` into a temporary directory, each a process of its own: one `sms-worker` (`--prefetch %d`, otherwise its defaults: concurrency 4, batch 50), started first and ready, then one `dispatcher` (`--batch %d`, in its loop, its first pass taking the whole backlog of %s due reminders). The fake SMS provider runs in a process of its own (this binary, `-serve-fake-provider`), as in the end-to-end runs. Peak RSS is `VmHWM` from `/proc/<pid>/status`, read just before SIGTERM (the dispatcher once every reminder is enqueued, the worker once every one is terminal); not `ru_maxrss`, which for a child of a Go process starts at the parent's RSS (the kernel carries the high-water mark of the memory shared until `execve` into the child). CPU is the process's user + system time over its whole life, per 1,000 reminders. This setup delivered %s reminders/s (first claim → last terminal).\n\n",
 		o.procPrefetch, o.batch, thousands(o.procN), fmtR(rate, 0))
 	p("| process | peak RSS (VmHWM) MiB median | min | max | CPU s per 1,000 reminders |\n|---|---|---|---|---|\n")
 	f := 1000 / float64(o.procN)
@@ -670,27 +674,34 @@ type runCost struct {
 // costSummary is the median cost of a configuration's runs: CPU-seconds per
 // 1,000 items by process, and WAL per item.
 type costSummary struct {
-	Postgres, RabbitMQ, Harness, Other float64
-	ClusterBytes                       float64 // every byte the cluster wrote, per item
-	Records, RecordBytes               float64 // the run's own relations, per item
-	HasRecords                         bool    // counted in the first run only
+	Postgres, RabbitMQ, Harness, Provider, Other float64
+	ClusterBytes                                 float64 // every byte the cluster wrote, per item
+	Records, RecordBytes                         float64 // the run's own relations, per item
+	HasRecords                                   bool    // counted in the first run only
 }
 
+// Total is Nudge's (or River's) own: PostgreSQL, RabbitMQ and the harness
+// process, without the fake provider's process (the server side of the HTTP
+// call, the provider's machine in production).
 func (c costSummary) Total() float64 { return c.Postgres + c.RabbitMQ + c.Harness }
+
+// AllIn is Total with the fake provider's process: the figure reports before
+// the provider had a process of its own gave as "total".
+func (c costSummary) AllIn() float64 { return c.Total() + c.Provider }
 
 func summarizeCosts(runs []runCost, n int) costSummary {
 	f, per := 1000/float64(n), 1/float64(n)
-	var pg, mq, h, ot, wb, wr, wrb []float64
+	var pg, mq, h, pr, ot, wb, wr, wrb []float64
 	for _, x := range runs {
 		c := x.CPU
-		pg, mq, h, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(ot, c.Other*f)
+		pg, mq, h, pr, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(pr, c.Provider*f), append(ot, c.Other*f)
 		wb = append(wb, x.WAL.Bytes*per)
 		if x.WAL.Records >= 0 { // counted in the first run only
 			wr, wrb = append(wr, x.WAL.Records*per), append(wrb, x.WAL.RecordBytes*per)
 		}
 	}
 	out := costSummary{Postgres: summarize(pg).Median, RabbitMQ: summarize(mq).Median, Harness: summarize(h).Median,
-		Other: summarize(ot).Median, ClusterBytes: summarize(wb).Median}
+		Provider: summarize(pr).Median, Other: summarize(ot).Median, ClusterBytes: summarize(wb).Median}
 	if len(wr) > 0 {
 		out.Records, out.RecordBytes, out.HasRecords = summarize(wr).Median, summarize(wrb).Median, true
 	}

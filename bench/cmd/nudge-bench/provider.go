@@ -1,0 +1,112 @@
+package main
+
+// The fake SMS provider runs in a child process of its own (this binary,
+// started again with -serve-fake-provider), so that its server-side CPU,
+// which in production is the provider's machine's, is read from /proc apart
+// from the harness's: the harness's "Go" figure is then the dispatcher, the
+// workers and the client side of the HTTP call only. The wire stays real
+// HTTP over loopback.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nudgehq/nudge/internal/fakesms"
+)
+
+// fakeProviderPID is the pid of the running fake provider's process (0:
+// none), which readCPU counts apart.
+var fakeProviderPID atomic.Int64
+
+// serveFakeProvider is the child's side: it serves the instant fake SMS
+// provider on a loopback port, writes its URL as one line to stdout, and
+// when stdin ends (the harness closed it, or exited) writes the number of
+// TCP connections it accepted as a second line and returns.
+func serveFakeProvider(stdin io.Reader, stdout io.Writer) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	var accepted atomic.Int64
+	srv := &http.Server{Handler: fakesms.New(), ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				accepted.Add(1)
+			}
+		}}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	if _, err := fmt.Fprintf(stdout, "http://%s\n", ln.Addr()); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, stdin)
+	_ = srv.Close()
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%d\n", accepted.Load())
+	return err
+}
+
+// fakeProvider is the fake provider's running process.
+type fakeProvider struct {
+	URL string
+	cmd *exec.Cmd
+	in  io.Closer
+	out *bufio.Reader
+}
+
+// stop ends the process and returns the TCP connections it accepted
+// (-1 if it did not say).
+func (p *fakeProvider) stop() int64 {
+	fakeProviderPID.CompareAndSwap(int64(p.cmd.Process.Pid), 0)
+	_ = p.in.Close()
+	line, _ := p.out.ReadString('\n')
+	_ = p.cmd.Wait()
+	n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// startFakeProvider starts the fake provider's process; its CPU is read
+// apart (readCPU) until it is stopped.
+func startFakeProvider() (*fakeProvider, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("fake provider: %w", err)
+	}
+	cmd := exec.Command(self, "-serve-fake-provider")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("fake provider: %w", err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("fake provider: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("fake provider: %w", err)
+	}
+	p := &fakeProvider{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	line, err := p.out.ReadString('\n')
+	if err != nil {
+		p.stop()
+		return nil, fmt.Errorf("fake provider: reading its URL: %w", err)
+	}
+	p.URL = strings.TrimSpace(line)
+	fakeProviderPID.Store(int64(cmd.Process.Pid))
+	return p, nil
+}
