@@ -146,8 +146,9 @@ SELECT id FROM campaigns WHERE tenant = $1 AND name = $2;
 -- What a campaign's status report reads (status.go): the campaign row, its
 -- last checkpoint, and its reminders by state. Each is bounded by the one
 -- campaign: the primary keys of campaigns and campaign_slices, and the
--- campaign-keys index of reminders (schema 0026; then each state row by its
--- primary key), never another tenant's reminders nor the tenant's other ones.
+-- keys index of reminders (schema 0034; then the state rows by ranges of
+-- their primary key), never another tenant's reminders nor the tenant's
+-- other ones.
 
 -- name: Report
 -- The slice size is the campaign's own (NULL from schema 25 on: the
@@ -163,14 +164,21 @@ SELECT c.id, c.tenant, c.name, c.source, c.channel, c.state, c.slice_size,
  WHERE c.id = $1;
 
 -- name: Deliveries
--- $2 and $3 bound the keys campaign:<id>: bytewise (':' + 1 is ';'); the
--- LIKE repeats the index's predicate so that the index serves the range.
--- The keys are the wide row's; each one's state is its state row's
--- (reminder_state, schema 32), by primary key.
+-- $2 and $3 bound the keys campaign:<id>: bytewise (':' + 1 is ';'), over
+-- reminders_keys. The keys are the wide row's, each one's state its state
+-- row's (reminder_state, schema 32). The planner writes a campaign's
+-- reminders a slice at a time, so their ids come in runs of consecutive
+-- values (id - row_number() is constant along a run): each run is read from
+-- reminder_state as one range of its primary key, not one probe per
+-- reminder (a range holds only its run's ids). As nudge_campaign_status
+-- since schema 36.
 SELECT s.state, count(*)
-  FROM reminders r
-  JOIN reminder_state s ON s.id = r.id
- WHERE r.tenant = $1 AND r.key LIKE 'campaign:%' AND r.key ~>=~ $2 AND r.key ~<~ $3
+  FROM (SELECT min(k.id) AS lo, max(k.id) AS hi
+          FROM (SELECT r.id, r.id - row_number() OVER (ORDER BY r.id) AS run
+                  FROM reminders r
+                 WHERE r.tenant = $1 AND r.key LIKE 'campaign:%' AND r.key ~>=~ $2 AND r.key ~<~ $3) k
+         GROUP BY k.run) runs
+  JOIN LATERAL (SELECT s.state FROM reminder_state s WHERE s.id BETWEEN runs.lo AND runs.hi) s ON true
  GROUP BY s.state;
 
 -- name: RemainingEstimate

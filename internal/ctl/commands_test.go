@@ -634,7 +634,7 @@ func TestMigrate(t *testing.T) {
 	q.Set("search_path", name)
 	u.RawQuery = q.Encode()
 
-	waiting := "waiting for the rollout: 0035_drop_state_mirror.after-rollout; once no binary of the previous " +
+	waiting := "waiting for the rollout: 0035_drop_state_mirror.after-rollout, 0036_operator_statements; once no binary of the previous " +
 		"release runs, run nudgectl migrate --after-rollout\n"
 	first := runCtl(t, u.String(), nil, "migrate")
 	require.NoError(t, first.err)
@@ -648,7 +648,7 @@ func TestMigrate(t *testing.T) {
 
 	after := runCtl(t, u.String(), nil, "migrate", "--after-rollout")
 	require.NoError(t, after.err)
-	require.Equal(t, "applied migrations [35]\n", after.stdout)
+	require.Equal(t, "applied migrations [35 36]\n", after.stdout)
 
 	again := runCtl(t, u.String(), nil, "migrate")
 	require.NoError(t, again.err)

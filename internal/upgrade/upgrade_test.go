@@ -290,7 +290,7 @@ func TestRollingUpgrade(t *testing.T) {
 	// fleet, which goes on scheduling, canceling and delivering on
 	// reminder_state alone.
 	sleepUntil(28 * time.Second)
-	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [35]")
+	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [35 36]")
 	add("new", stream("after", 150, at(30*time.Second), at(45*time.Second)))
 	add("new", toCancel("cancel-after", 20, at(40*time.Second), at(47*time.Second)))
 	sleepUntil(34 * time.Second)

@@ -1,0 +1,1 @@
+SELECT * FROM nudge_campaign_status('tenant-3', 7)
