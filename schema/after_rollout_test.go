@@ -11,29 +11,36 @@ import (
 	"github.com/nudgehq/nudge/schema"
 )
 
+// planMigration is a migration of version v for Plan's table tests.
+func planMigration(v int, after bool) schema.Migration {
+	return schema.Migration{Version: v, Name: "m", AfterRollout: after}
+}
+
+// planVersions are the versions of ms, in order (empty, not nil, for none).
+func planVersions(ms []schema.Migration) []int {
+	out := []int{}
+	for _, m := range ms {
+		out = append(out, m.Version)
+	}
+	return out
+}
+
+// versionSet is the applied set of Plan's argument.
+func versionSet(vs ...int) map[int]bool {
+	out := map[int]bool{}
+	for _, v := range vs {
+		out[v] = true
+	}
+	return out
+}
+
 // Plan decides what a run applies: without the after-rollout step it stops
 // at the first after-rollout migration not yet applied and applies nothing
 // past it; with the step, everything not yet applied, in order.
 func TestPlanStopsBeforeTheAfterRolloutStep(t *testing.T) {
 	t.Parallel()
-	m := func(v int, after bool) schema.Migration {
-		return schema.Migration{Version: v, Name: "m", AfterRollout: after}
-	}
+	m, versions, set := planMigration, planVersions, versionSet
 	migs := []schema.Migration{m(33, false), m(34, false), m(35, true), m(36, false), m(37, true), m(38, false)}
-	versions := func(ms []schema.Migration) []int {
-		out := []int{}
-		for _, m := range ms {
-			out = append(out, m.Version)
-		}
-		return out
-	}
-	set := func(vs ...int) map[int]bool {
-		out := map[int]bool{}
-		for _, v := range vs {
-			out[v] = true
-		}
-		return out
-	}
 	cases := []struct {
 		name         string
 		applied      map[int]bool
@@ -61,8 +68,36 @@ func TestPlanStopsBeforeTheAfterRolloutStep(t *testing.T) {
 	}
 }
 
-// The embedded migrations: 0035 drops the state mirror after the rollout
-// and is the only after-rollout one so far.
+// This release's shape: release 1 of the narrow-state layout left 35
+// waiting for its rollout; this one adds a regular 36 and its own
+// after-rollout 37 (dropping reminders' stale state columns). A regular
+// migration behind a pending after-rollout one waits with it.
+func TestPlanWithTwoAfterRolloutSteps(t *testing.T) {
+	t.Parallel()
+	m, versions, set := planMigration, planVersions, versionSet
+	migs := []schema.Migration{m(33, false), m(34, false), m(35, true), m(36, false), m(37, true)}
+	for _, c := range []struct {
+		name         string
+		applied      map[int]bool
+		afterRollout bool
+		run, waiting []int
+	}{
+		{"v34 (release 1 rolling) to this release: both steps and 36 wait", set(33, 34), false, []int{}, []int{35, 36, 37}},
+		{"v34 to this release, after the rollout: all", set(33, 34), true, []int{35, 36, 37}, []int{}},
+		{"35 applied (release 1 rolled out): 36 runs, 37 waits", set(33, 34, 35), false, []int{36}, []int{37}},
+		{"35 applied, after the rollout", set(33, 34, 35), true, []int{36, 37}, []int{}},
+		{"36 applied too: 37 waits", set(33, 34, 35, 36), false, []int{}, []int{37}},
+		{"36 applied too, after the rollout: 37", set(33, 34, 35, 36), true, []int{37}, []int{}},
+		{"37 applied: nothing", set(33, 34, 35, 36, 37), false, []int{}, []int{}},
+	} {
+		run, waiting := schema.Plan(migs, c.applied, c.afterRollout)
+		require.Equal(t, c.run, versions(run), c.name)
+		require.Equal(t, c.waiting, versions(waiting), c.name)
+	}
+}
+
+// The embedded migrations: 0035 drops the state mirror after release 1's
+// rollout, 0037 reminders' stale state columns after this release's.
 func TestAfterRolloutMigrations(t *testing.T) {
 	t.Parallel()
 	migs, err := schema.Migrations()
@@ -73,7 +108,7 @@ func TestAfterRolloutMigrations(t *testing.T) {
 			after = append(after, m.String())
 		}
 	}
-	require.Equal(t, []string{"0035_drop_state_mirror.after-rollout"}, after)
+	require.Equal(t, []string{"0035_drop_state_mirror.after-rollout", "0037_drop_wide_state_columns.after-rollout"}, after)
 }
 
 // Migrate leaves the mirror's drop waiting, and reports it; the after-rollout
@@ -90,9 +125,10 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 	require.NotContains(t, applied, 35)
 	waiting, err := schema.Waiting(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Len(t, waiting, 2, "the regular migration after the step waits for it")
+	require.Len(t, waiting, 3, "the regular migration after the step waits for it")
 	require.Equal(t, 35, waiting[0].Version)
 	require.Equal(t, 36, waiting[1].Version)
+	require.Equal(t, 37, waiting[2].Version)
 
 	triggers := func() []string {
 		rows, err := db.Pool.Query(ctx, `SELECT tgname::text FROM pg_trigger
@@ -127,7 +163,7 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 
 	applied, err = schema.MigrateAfterRollout(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Equal(t, []int{35, 36}, applied)
+	require.Equal(t, []int{35, 36, 37}, applied)
 	waiting, err = schema.Waiting(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Empty(t, waiting)
@@ -151,9 +187,12 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `INSERT INTO reminder_state (id, tenant, channel, due_at, deadline)
 		SELECT id, tenant, channel, due_at, deadline FROM reminders WHERE id = $1`, id)
 	require.NoError(t, err)
+	var before string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT row_to_json(r)::text FROM reminders r WHERE id = $1`, id).Scan(&before))
 	_, err = db.Pool.Exec(ctx, `UPDATE reminder_state SET state = 'canceled', fence = fence + 1 WHERE id = $1`, id)
 	require.NoError(t, err)
-	var wide string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM reminders WHERE id = $1`, id).Scan(&wide))
-	require.Equal(t, "pending", wide, "no reverse mirror")
+	var after string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT row_to_json(r)::text FROM reminders r WHERE id = $1`, id).Scan(&after))
+	require.Equal(t, before, after, "no reverse mirror")
+	require.NotContains(t, after, `"state"`, "37 dropped the wide row's copy of the state")
 }

@@ -50,7 +50,7 @@ func TestDeletedRemindersTakeTheirAttempts(t *testing.T) {
 
 	// Two of them finished 40 days ago, past the reminder window (30 days)
 	// and never purged (the deletion runs first in a pass).
-	_, err = b.db.Pool.Exec(ctx, `UPDATE reminders SET finished_at = now() - interval '40 days'
+	_, err = b.db.Pool.Exec(ctx, `UPDATE reminder_state SET finished_at = now() - interval '40 days'
 		WHERE id = ANY($1)`, []int64{old1, old2})
 	require.NoError(t, err)
 

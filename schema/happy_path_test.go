@@ -42,14 +42,14 @@ func TestCancelPrefixFindsOpenRowsInEveryState(t *testing.T) {
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = b.schedule(t, "acme", fmt.Sprintf("learner-42:%d", i), deadline)
-		_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = $2, lease_until = $3 WHERE id = $1`, ids[i], r.state, r.lease)
+		_, err := b.db.Pool.Exec(ctx, `UPDATE reminder_state SET state = $2, lease_until = $3 WHERE id = $1`, ids[i], r.state, r.lease)
 		require.NoError(t, err)
 	}
 	// Another tenant's row and another prefix, in flight: never touched.
 	theirs := b.schedule(t, "globex", "learner-42:0", deadline)
 	other := b.schedule(t, "acme", "learner-43:0", deadline)
 	for _, id := range []int64{theirs, other} {
-		_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'enqueued' WHERE id = $1`, id)
+		_, err := b.db.Pool.Exec(ctx, `UPDATE reminder_state SET state = 'enqueued' WHERE id = $1`, id)
 		require.NoError(t, err)
 	}
 

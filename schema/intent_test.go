@@ -69,7 +69,7 @@ func TestIntakeRoleChangesItsTenantsIntentOnly(t *testing.T) {
 	// A send in flight is too late to change; a dry run counts it apart.
 	// (As ClaimForDelivery, the only way into sending, leaves it: under a
 	// send lease. Schema version 27 finds sending rows among the leases.)
-	_, err = b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'sending', lease_until = $2 WHERE id = $1`,
+	_, err = b.db.Pool.Exec(ctx, `UPDATE reminder_state SET state = 'sending', lease_until = $2 WHERE id = $1`,
 		other, b.now.Add(time.Minute))
 	require.NoError(t, err)
 	n, err := intake.CountPrefix(ctx, acme, "acme", "course-expiry:learner-42:")

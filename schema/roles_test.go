@@ -216,7 +216,7 @@ func TestDispatcherRoleRunsItsStatementsOnly(t *testing.T) {
 		`SELECT recipient FROM reminders`,
 		`SELECT data FROM reminders`,
 		`SELECT template FROM reminders`,
-		`UPDATE reminders SET attempts = 0`,
+		`UPDATE reminder_state SET attempts = 0`,
 		`SELECT nudge_cancel('acme', 'a')`,
 	) {
 		requireDenied(t, pool, sql)
@@ -279,8 +279,8 @@ func TestWorkerRoleRunsItsStatementsOnly(t *testing.T) {
 	require.Equal(t, "msg-1", providerID)
 
 	for _, sql := range append(forbiddenToComponents,
-		`UPDATE reminders SET enqueued_at = now()`,
-		`UPDATE reminders SET republishes = 0`,
+		`UPDATE reminder_state SET enqueued_at = now()`,
+		`UPDATE reminder_state SET republishes = 0`,
 		`SELECT error FROM delivery_attempts WHERE false AND worker = ''`,
 		`SELECT nudge_schedule('acme', 'k', 'email', 'a@example.com', 't', '{}', now(), now() + interval '1 hour')`,
 	) {
@@ -336,7 +336,7 @@ func TestReconcilerRoleRunsItsStatementsOnly(t *testing.T) {
 	}
 	for _, sql := range append(forbiddenToComponents,
 		`SELECT data FROM reminders`,
-		`UPDATE reminders SET attempts = 0`,
+		`UPDATE reminder_state SET attempts = 0`,
 		`SELECT nudge_cancel('acme', 'stuck')`,
 	) {
 		requireDenied(t, pool, sql)
@@ -394,8 +394,8 @@ func TestOperatorRoleRunsNudgectl(t *testing.T) {
 		`UPDATE reminders SET recipient = 'evil@example.com'`,
 		`UPDATE reminders SET tenant = 'evil'`,
 		`UPDATE reminders SET data = '{"evil": true}'`,
-		`INSERT INTO reminders (tenant, key, channel, recipient, template, due_at, deadline, idempotency_key, state)
-		 VALUES ('evil', 'k', 'email', 'evil@example.com', 't', now(), now() + interval '1 hour', 'x', 'delivered')`,
+		`INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, state)
+		 VALUES (1, 'evil', 'email', now(), now() + interval '1 hour', 'delivered')`,
 		`DELETE FROM reminder_events`,
 		`UPDATE delivery_attempts SET outcome = 'delivered'`,
 		`INSERT INTO nudge_intake_tenants VALUES ('someone', '*')`,
@@ -466,8 +466,8 @@ func TestIntakeRoleActsForItsTenantsOnly(t *testing.T) {
 
 	// No direct writes, no attempts, no escalation.
 	for _, sql := range []string{
-		`UPDATE reminders SET state = 'pending'`,
-		`UPDATE reminders SET state = 'canceled' WHERE tenant = 'globex'`,
+		`UPDATE reminder_state SET state = 'pending'`,
+		`UPDATE reminder_state SET state = 'canceled' WHERE tenant = 'globex'`,
 		`DELETE FROM reminders`,
 		`INSERT INTO reminders (tenant, key, channel, recipient, template, due_at, deadline, idempotency_key)
 		 VALUES ('acme', 'direct', 'email', 'a@example.com', 't', now(), now() + interval '1 hour', 'x')`,
@@ -617,7 +617,7 @@ func TestRetentionRoleCleansUpAndNothingElse(t *testing.T) {
 	// Delivered on the happy path 40 days ago (past the reminder window, not
 	// the events'): its claim, attempt and delivery folded into the row
 	// (schema version 30), which retention keeps as events.
-	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'delivered', fence = 2,
+	_, err := b.db.Pool.Exec(ctx, `UPDATE reminder_state SET state = 'delivered', fence = 2,
 		finished_at = now() - interval '40 days', claimed_at = now() - interval '41 days', claimed_fence = 1,
 		claimed_by = 'd', started_at = now() - interval '41 days', started_fence = 2, started_by = 'w',
 		delivered_by = 'w' WHERE id = $1`, old)
@@ -632,7 +632,7 @@ func TestRetentionRoleCleansUpAndNothingElse(t *testing.T) {
 		AND code IN ('claimed', 'attempt_claimed', 'delivered')`, old), "the deleted row's folded events are kept")
 
 	for _, sql := range []string{
-		`UPDATE reminders SET state = 'delivered'`,
+		`UPDATE reminder_state SET state = 'delivered'`,
 		`UPDATE reminders SET tenant = 'evil'`,
 		`INSERT INTO reminder_events (reminder_id, to_state, fence, actor, at) VALUES (1, 'delivered', 0, 'x', now())`,
 		// only a terminal row's folded events, not a forged one of a live row

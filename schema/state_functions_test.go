@@ -22,7 +22,7 @@ import (
 func TestStateFunctionsUseReminderState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.Postgres(t)
+	db := testenv.PostgresBeforeRollout(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		_, err := db.Pool.Exec(ctx, sql, args...)

@@ -41,7 +41,7 @@ type mirrorDB struct {
 
 func setupMirror(t *testing.T) mirrorDB {
 	t.Helper()
-	db := testenv.Postgres(t)
+	db := testenv.PostgresBeforeRollout(t)
 	m := mirrorDB{pool: db.Pool}
 	rows, err := db.Pool.Query(context.Background(), `SELECT attname FROM pg_attribute
 		WHERE attrelid = 'reminder_state'::regclass AND attnum > 0 AND NOT attisdropped AND attname <> 'id'

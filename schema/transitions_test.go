@@ -186,7 +186,7 @@ func writers() []writer {
 			// No attempt yet: the first one from enqueued is folded into
 			// the row (schema version 30), the others stored.
 			{"first attempt", func(t *testing.T, f *fixture) {
-				f.exec(t, `UPDATE reminders SET attempts = 0`)
+				f.exec(t, `UPDATE reminder_state SET attempts = 0`)
 				_, _, err := f.st.ClaimForDelivery(ctx, tNow, reminder.Email, "", f.fenced(), time.Minute, "w")
 				require.NoError(t, err)
 			}},
@@ -452,14 +452,23 @@ func newFixture(t *testing.T, db *testenv.DB) *fixture {
 		}
 	}
 	rows, err := db.Pool.Query(ctx, `
-		WITH r AS (
-			INSERT INTO reminders (tenant, key, channel, recipient, template, due_at, deadline, idempotency_key,
-			                       state, fence, lease_until, attempts, republishes, next_attempt_at,
-			                       enqueued_at, finished_at, dispatch_batch, updated_at,
-			                       claimed_at, claimed_fence, claimed_by, started_at, started_fence, started_by,
-			                       delivered_by)
+		WITH u AS (
+			SELECT * FROM unnest(@keys::text[], @states::text[], @dues::timestamptz[], @deadlines::timestamptz[],
+			                     @leases::timestamptz[], @republishes::int[], @finished::timestamptz[], @batches::bigint[])
+			       AS u(key, state, due, deadline, lease, republishes, finished, batch)
+		), w AS (
+			INSERT INTO reminders (tenant, key, channel, recipient, template, due_at, deadline, idempotency_key)
 			SELECT 'acme', u.key, 'email', 'a@example.com', 'course-expiry', u.due, u.deadline,
-			       nudge_idempotency_key('acme', u.key), u.state, 5, u.lease, 1, u.republishes, @overdue,
+			       nudge_idempotency_key('acme', u.key)
+			  FROM u
+			RETURNING id, key
+		), r AS (
+			INSERT INTO reminder_state (id, tenant, channel, due_at, deadline,
+			                            state, fence, lease_until, attempts, republishes, next_attempt_at,
+			                            enqueued_at, finished_at, dispatch_batch, updated_at,
+			                            claimed_at, claimed_fence, claimed_by, started_at, started_fence, started_by,
+			                            delivered_by)
+			SELECT w.id, 'acme', 'email', u.due, u.deadline, u.state, 5, u.lease, 1, u.republishes, @overdue,
 			       @overdue, u.finished, u.batch, @overdue,
 			       -- terminal rows hold their happy path's events folded
 			       -- (schema version 30), for retention to keep
@@ -468,10 +477,8 @@ func newFixture(t *testing.T, db *testenv.DB) *fixture {
 			       CASE WHEN u.finished IS NOT NULL THEN u.finished - interval '1 minute' END,
 			       CASE WHEN u.finished IS NOT NULL THEN 4 END, CASE WHEN u.finished IS NOT NULL THEN 'w' END,
 			       CASE WHEN u.state = 'delivered' THEN 'w' END
-			  FROM unnest(@keys::text[], @states::text[], @dues::timestamptz[], @deadlines::timestamptz[],
-			              @leases::timestamptz[], @republishes::int[], @finished::timestamptz[], @batches::bigint[])
-			       AS u(key, state, due, deadline, lease, republishes, finished, batch)
-			RETURNING id, key, state, fence
+			  FROM w JOIN u ON u.key = w.key
+			RETURNING id, state, fence
 		), a AS (
 			INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at)
 			SELECT id, 1, fence, 'w', @overdue FROM r
@@ -480,7 +487,8 @@ func newFixture(t *testing.T, db *testenv.DB) *fixture {
 			INSERT INTO publish_confirms (batch, confirmed_at, actor, confirmed)
 			SELECT b, @overdue, 'd', 1 FROM unnest(@confirmed::bigint[]) AS b
 		)
-		SELECT r.id, r.fence, a.id, r.key, r.state FROM r JOIN a ON a.reminder_id = r.id ORDER BY r.id`,
+		SELECT r.id, r.fence, a.id, w.key, r.state FROM r JOIN w ON w.id = r.id JOIN a ON a.reminder_id = r.id
+		 ORDER BY r.id`,
 		pgx.NamedArgs{"keys": keys, "states": states, "dues": dues, "deadlines": deadlines, "leases": leases,
 			"republishes": republishes, "finished": fins, "batches": batches, "confirmed": confirmed,
 			"overdue": tNow.Add(-time.Hour)})
@@ -508,7 +516,7 @@ type trail map[string]int
 func (f *fixture) snapshot(t *testing.T) (map[int64]rowState, trail) {
 	t.Helper()
 	ctx := context.Background()
-	rows, err := f.db.Pool.Query(ctx, `SELECT id, state, fence FROM reminders`)
+	rows, err := f.db.Pool.Query(ctx, `SELECT id, state, fence FROM reminder_state`)
 	require.NoError(t, err)
 	out := map[int64]rowState{}
 	var id int64

@@ -81,7 +81,7 @@ func TestNodeExample(t *testing.T) {
 		JOIN reminders r ON r.id = e.reminder_id WHERE r.key = 'course-expiry:learner-42:course-7'`).Scan(&codes))
 	require.Equal(t, []string{"scheduled", "rescheduled", "canceled"}, codes)
 	var globex string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM reminders WHERE tenant = 'globex'`).Scan(&globex))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM reminder_state WHERE tenant = 'globex'`).Scan(&globex))
 	require.Equal(t, "pending", globex)
 }
 

@@ -201,7 +201,7 @@ func TestPlannerRoleIsLeastPrivilege(t *testing.T) {
 		`DELETE FROM campaign_slices`,
 		`INSERT INTO campaign_sources VALUES ('x', 'acme', 'renewals', 'learner_id', 'email', NULL, NULL)`,
 		`SELECT nudge_campaign_source('x', 'acme', 'renewals', 'learner_id', 'email', NULL, NULL)`,
-		`UPDATE reminders SET state = 'canceled'`,
+		`UPDATE reminder_state SET state = 'canceled'`,
 		`SELECT * FROM nudge_campaign_set('acme', 1, 'cancel')`,
 	} {
 		_, err := b.planner.Exec(ctx, sql)

@@ -215,7 +215,7 @@ func TestChaos(t *testing.T) {
 	var open int
 	deadline := time.Now().Add(p.drainLimit)
 	for {
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders WHERE state NOT IN ('delivered','failed','expired','canceled')`).Scan(&open)
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_state WHERE state NOT IN ('delivered','failed','expired','canceled')`).Scan(&open)
 		if err == nil && open == 0 {
 			break
 		}
@@ -243,9 +243,9 @@ func TestChaos(t *testing.T) {
 	}
 	rows := map[int64]*row{}
 	byIdem := map[string]*row{}
-	rs, err := db.Pool.Query(ctx, `SELECT r.id, r.channel, r.state, coalesce(r.reason, ''), r.idempotency_key, r.due_at, r.deadline,
+	rs, err := db.Pool.Query(ctx, `SELECT r.id, s.channel, s.state, coalesce(s.reason, ''), r.idempotency_key, s.due_at, s.deadline,
 		(SELECT count(*) FROM delivery_attempts a WHERE a.reminder_id = r.id AND a.outcome IS NULL)
-		FROM reminders r`)
+		FROM reminders r JOIN reminder_state s ON s.id = r.id`)
 	require.NoError(t, err)
 	for rs.Next() {
 		x := &row{}
@@ -267,7 +267,7 @@ func TestChaos(t *testing.T) {
 
 	var afterDeadline, beforeDue int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE a.started_at >= r.deadline),
-		count(*) FILTER (WHERE a.started_at < r.due_at) FROM delivery_attempts a JOIN reminders r ON r.id = a.reminder_id`).
+		count(*) FILTER (WHERE a.started_at < r.due_at) FROM delivery_attempts a JOIN reminder_state r ON r.id = a.reminder_id`).
 		Scan(&afterDeadline, &beforeDue))
 
 	var smsMsgs []fakesms.Message

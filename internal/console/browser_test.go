@@ -120,7 +120,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		depths, err := ops.DLQDepths(mq.URL, mq.Topology)
 		s, _, _ := opstest.State(t, db.Pool, victimID)
 		var delivered int
-		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders WHERE state = 'delivered'`).Scan(&delivered)
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminder_state WHERE state = 'delivered'`).Scan(&delivered)
 		return err == nil && depths["sms"] == 1 && s == reminder.Quarantined && delivered == 11
 	}, 30*time.Second, 100*time.Millisecond, "the others are delivered, the bug quarantines renewal-42")
 	adapter.fixed.Store(true)

@@ -278,7 +278,7 @@ func TestDLQDecisionIsFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.LoadRows(context.Background(), b.db.Pool))
 	// Meanwhile another operator replays it with `nudgectl replay`.
-	_, err = b.db.Pool.Exec(context.Background(), `UPDATE reminders SET state = 'pending', fence = fence + 1 WHERE id = $1`, q)
+	_, err = b.db.Pool.Exec(context.Background(), `UPDATE reminder_state SET state = 'pending', fence = fence + 1 WHERE id = $1`, q)
 	require.NoError(t, err)
 	res, err := ops.DecideDLQ(context.Background(), b.db.Pool, r, time.Now(), ops.DLQExpire, ops.DLQSelector{All: true},
 		ops.Decision{Actor: "bob", Reason: "poison"})

@@ -23,7 +23,7 @@ func TestComposeCheckerCatches(t *testing.T) {
 		{Name: "variable of another binary", Old: "NUDGE_FAKE_SMS_TOKEN:", New: "NUDGE_SMS_TOKEN:", Want: "NUDGE_SMS_TOKEN is not the variable of any flag of fake-sms"},
 		{Name: "unknown binary", Old: `["dispatcher",`, New: `["dispatch",`, Want: `"dispatch" is not a binary`},
 		{Name: "missing subcommand", Old: `["nudgectl", "migrate",`, New: `["nudgectl",`, Want: "nudgectl needs a subcommand"},
-		{Name: "nobody declares the topology", Old: `["nudgectl", "migrate", "--declare-topology"]`, New: `["nudgectl", "migrate"]`,
+		{Name: "nobody declares the topology", Old: `["nudgectl", "migrate", "--declare-topology", "--after-rollout"]`, New: `["nudgectl", "migrate", "--after-rollout"]`,
 			Want: "service migrate must run `nudgectl migrate --declare-topology`: [dispatcher email-worker planner reconciler sms-worker webhook-worker] only check"},
 		{Name: "declarer has no broker", Old: "      NUDGE_AMQP_URL: amqp://nudge:nudge@rabbitmq:5672/\n    depends_on:\n      postgres:", New: "    depends_on:\n      postgres:",
 			Want: "--amqp-url (from default) points at \"127.0.0.1\", which is not a service"},

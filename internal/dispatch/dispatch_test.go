@@ -60,7 +60,7 @@ func (b bundle) schedule(t *testing.T, n int, ch reminder.Channel) {
 
 func (b bundle) states(t *testing.T) map[reminder.State]int {
 	t.Helper()
-	rows, err := b.db.Pool.Query(context.Background(), `SELECT state, count(*) FROM reminders GROUP BY 1`)
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT state, count(*) FROM reminder_state GROUP BY 1`)
 	require.NoError(t, err)
 	out := map[reminder.State]int{}
 	for rows.Next() {

@@ -133,7 +133,7 @@ func TestBrokerDownAtStartStillExpiresLateWork(t *testing.T) {
 	}
 	count := func(state reminder.State) int {
 		var n int
-		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM reminders WHERE state = $1`,
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM reminder_state WHERE state = $1`,
 			string(state)).Scan(&n))
 		return n
 	}

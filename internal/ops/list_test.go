@@ -123,6 +123,9 @@ func TestCountIsBoundedBeyondTheCap(t *testing.T) {
 		SELECT 'bulk', 'k-' || i, 'email', 'a@example.com', 't', now(), now() + interval '1 day', 'nudge-' || i
 		  FROM generate_series(1, $1) AS i`, ops.CountCap+5)
 	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO reminder_state (id, tenant, channel, due_at, deadline)
+		SELECT id, tenant, channel, due_at, deadline FROM reminders`)
+	require.NoError(t, err)
 	c, err := ops.CountOf(ctx, db.Pool, time.Now(), ops.Filter{Tenant: "bulk"})
 	require.NoError(t, err)
 	require.Equal(t, ops.Count{N: ops.CountCap, Exact: false}, c)
@@ -165,7 +168,7 @@ func TestReadDetailShowsTheZoneWhenTheSchemaHasOne(t *testing.T) {
 		END IF; END $$`)
 	require.NoError(t, err)
 	id := opstest.Insert(t, db.Pool, opstest.Row{Key: "zoned"})
-	_, err = db.Pool.Exec(ctx, `UPDATE reminders SET tz = 'Europe/Paris' WHERE id = $1`, id)
+	_, err = db.Pool.Exec(ctx, `UPDATE reminder_state SET tz = 'Europe/Paris' WHERE id = $1`, id)
 	require.NoError(t, err)
 	d, err := ops.ReadDetail(ctx, db.Pool, id)
 	require.NoError(t, err)
@@ -202,7 +205,7 @@ func TestReadMinutes(t *testing.T) {
 	// hour on a row delivered within this one is not counted.
 	folded := func(key string, state reminder.State, claimed, started, delivered time.Time) {
 		fid := opstest.Insert(t, db.Pool, opstest.Row{Key: key, State: state, Since: now.Add(-3 * time.Hour)})
-		_, err := db.Pool.Exec(ctx, `UPDATE reminders SET claimed_at = $2, claimed_fence = 1, claimed_by = 'd',
+		_, err := db.Pool.Exec(ctx, `UPDATE reminder_state SET claimed_at = $2, claimed_fence = 1, claimed_by = 'd',
 			started_at = $3, started_fence = 2, started_by = 'w',
 			delivered_by = CASE WHEN state = 'delivered' THEN 'w' END,
 			finished_at = CASE WHEN state = 'delivered' THEN $4::timestamptz END WHERE id = $1`,

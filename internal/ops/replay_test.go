@@ -110,7 +110,7 @@ func TestReplayWindow(t *testing.T) {
 	}
 	var republishes int
 	var reason, finished *string
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT republishes, reason, finished_at::text FROM reminders WHERE id = $1`,
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT republishes, reason, finished_at::text FROM reminder_state WHERE id = $1`,
 		b.ids["quarantined"]).Scan(&republishes, &reason, &finished))
 	require.Zero(t, republishes, "the reconciler's republish budget is reset too")
 	require.Nil(t, reason)
@@ -163,7 +163,9 @@ func TestReplayIsFenced(t *testing.T) {
 	b := setupReplay(t)
 	ctx := context.Background()
 	// Retention purges the failed reminder's payload: it is refused.
-	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET purged_at = now(), data = '{}' WHERE id = $1`, b.ids["failed"])
+	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET data = '{}' WHERE id = $1`, b.ids["failed"])
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE reminder_state SET purged_at = now() WHERE id = $1`, b.ids["failed"])
 	require.NoError(t, err)
 	res, err := ops.Replay(ctx, b.db.Pool, b.now, ops.ReplaySelection{IDs: []int64{b.ids["failed"]}}, decision(false))
 	require.NoError(t, err)

@@ -77,8 +77,8 @@ func TestReadStats(t *testing.T) {
 		state reminder.State
 		ago   time.Duration
 	}{{reminder.Enqueued, 25 * time.Second}, {reminder.Expired, 20 * time.Second}} {
-		_, err = db.Pool.Exec(ctx, `UPDATE reminders SET claimed_at = $2, claimed_fence = fence, claimed_by = 'd'
-			WHERE key = $1`, map[reminder.State]string{reminder.Enqueued: "e1", reminder.Expired: "x1"}[c.state],
+		_, err = db.Pool.Exec(ctx, `UPDATE reminder_state s SET claimed_at = $2, claimed_fence = s.fence, claimed_by = 'd'
+			FROM reminders r WHERE r.id = s.id AND r.key = $1`, map[reminder.State]string{reminder.Enqueued: "e1", reminder.Expired: "x1"}[c.state],
 			now.Add(-c.ago))
 		require.NoError(t, err)
 		st, err = ops.ReadStats(ctx, db.Pool, now)

@@ -80,7 +80,7 @@ func (b *bundle) get(t *testing.T, id int64) reminder.Reminder {
 func (b *bundle) republishes(t *testing.T, id int64) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT republishes FROM reminders WHERE id = $1`, id).Scan(&n))
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT republishes FROM reminder_state WHERE id = $1`, id).Scan(&n))
 	return n
 }
 

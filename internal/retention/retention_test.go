@@ -26,7 +26,13 @@ type bundle struct {
 
 func setup(t *testing.T, cfg retention.Config) *bundle {
 	t.Helper()
-	db := testenv.Postgres(t)
+	return setupOn(t, testenv.Postgres(t), cfg)
+}
+
+// setupOn is setup on db: testenv.PostgresBeforeRollout's for a test of
+// the state mirror, which runs only until the after-rollout step.
+func setupOn(t *testing.T, db *testenv.DB, cfg retention.Config) *bundle {
+	t.Helper()
 	conn, err := pgx.Connect(context.Background(), db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
@@ -47,16 +53,19 @@ func (b *bundle) seed(t *testing.T, prefix string, n int, state reminder.State, 
 	rows, err := b.db.Pool.Query(context.Background(), `
 		WITH r AS (
 			INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline,
-			                       idempotency_key, state, fence, attempts, finished_at, updated_at, last_error)
+			                       idempotency_key)
 			SELECT 'acme', $1 || '-' || i, c.channel, c.recipient, 'course-expiry', '{"course": "Go 101"}',
 			       $3::timestamptz - interval '1 hour', $3::timestamptz + interval '1 hour',
-			       nudge_idempotency_key('acme', $1 || '-' || i), $4, 2, 1, $3, $3,
-			       'mailbox ' || c.recipient || ' full'
+			       nudge_idempotency_key('acme', $1 || '-' || i)
 			  FROM generate_series(1, $2) AS i,
 			       LATERAL (SELECT CASE WHEN i % 2 = 0 THEN 'email' ELSE 'sms' END AS channel,
 			                       CASE WHEN i % 2 = 0 THEN 'learner@example.com' ELSE '+14155550100' END AS recipient) c
 			 ORDER BY i
-			RETURNING id
+			RETURNING id, tenant, channel, recipient, due_at, deadline
+		), s AS (
+			INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, state, fence, attempts, finished_at,
+			                            updated_at, last_error)
+			SELECT id, tenant, channel, due_at, deadline, $4, 2, 1, $3, $3, 'mailbox ' || recipient || ' full' FROM r
 		), a AS (
 			INSERT INTO delivery_attempts (reminder_id, attempt, fence, worker, started_at, finished_at, outcome)
 			SELECT id, 1, 2, 'w', $3, $3, 'delivered' FROM r
@@ -167,10 +176,10 @@ func TestPassRemovesOnlyWhatIsDueAndIsIdempotent(t *testing.T) {
 	require.Equal(t, 40, count(t, b.db, `SELECT count(*) FROM reminder_events WHERE reminder_id = ANY($1)`, old),
 		"decision events outlive their reminders")
 	// Mid rows: kept, payload gone, recipient masked everywhere.
-	require.Equal(t, 20, count(t, b.db, `SELECT count(*) FROM reminders
-		WHERE id = ANY($1) AND data = '{}' AND purged_at IS NOT NULL AND state = 'expired'
-		  AND recipient IN ('l***@example.com', '+14***00')
-		  AND coalesce(last_error, '') NOT LIKE '%learner@example.com%'`, mid))
+	require.Equal(t, 20, count(t, b.db, `SELECT count(*) FROM reminders r JOIN reminder_state s ON s.id = r.id
+		WHERE r.id = ANY($1) AND r.data = '{}' AND s.purged_at IS NOT NULL AND s.state = 'expired'
+		  AND r.recipient IN ('l***@example.com', '+14***00')
+		  AND coalesce(s.last_error, '') NOT LIKE '%learner@example.com%'`, mid))
 	require.Zero(t, count(t, b.db, `SELECT count(*) FROM delivery_attempts WHERE reminder_id = ANY($1)`, mid))
 
 	before := map[string]map[string]string{}
@@ -306,7 +315,7 @@ func TestPurgedReminderIsNotReplayable(t *testing.T) {
 	ids := b.seed(t, "failed", 1, reminder.Failed, 10*day)
 	_, err := b.c.Pass(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, 1, count(t, b.db, `SELECT count(*) FROM reminders WHERE id = $1 AND purged_at IS NOT NULL`, ids[0]))
+	require.Equal(t, 1, count(t, b.db, `SELECT count(*) FROM reminder_state WHERE id = $1 AND purged_at IS NOT NULL`, ids[0]))
 }
 
 func TestConfig(t *testing.T) {
@@ -339,7 +348,7 @@ func TestFoldedEventsOutliveTheirReminder(t *testing.T) {
 	ids := b.seed(t, "folded", 3, reminder.Delivered, 40*day) // past the reminder window
 	_, err := b.db.Pool.Exec(ctx, `DELETE FROM reminder_events WHERE reminder_id = ANY($1) AND to_state = 'delivered'`, ids)
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `UPDATE reminders SET claimed_at = finished_at - interval '2 seconds', claimed_fence = 1,
+	_, err = b.db.Pool.Exec(ctx, `UPDATE reminder_state SET claimed_at = finished_at - interval '2 seconds', claimed_fence = 1,
 		claimed_by = 'd', started_at = finished_at - interval '1 second', started_fence = 2, started_by = 'w',
 		delivered_by = 'w', reason = NULL WHERE id = ANY($1)`, ids)
 	require.NoError(t, err)
@@ -374,9 +383,10 @@ func TestFoldedEventsOutliveTheirReminder(t *testing.T) {
 // state that this release keeps (reminders and reminder_state, schema 32)
 // agree afterwards: a purge that wrote both tables in one statement would
 // have its state row put back by the mirror, and be purged again forever.
+// Run before the after-rollout step: after it there is one copy.
 func TestPurgeLeavesBothCopiesOfTheStateEqual(t *testing.T) {
 	t.Parallel()
-	b := setup(t, retention.Config{})
+	b := setupOn(t, testenv.PostgresBeforeRollout(t), retention.Config{})
 	ids := b.seed(t, "old", 6, reminder.Delivered, 8*day)
 
 	sum, err := b.c.Pass(context.Background())

@@ -43,6 +43,9 @@ func TestClaimPlanOnATableWithoutStatistics(t *testing.T) {
 		       $1::timestamptz - interval '1 minute', $1::timestamptz + interval '1 hour', 'plan-' || i
 		  FROM generate_series(1, 20000) i`, now)
 	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO reminder_state (id, tenant, channel, due_at, deadline)
+		SELECT id, tenant, channel, due_at, deadline FROM reminders`)
+	require.NoError(t, err)
 
 	plan := func(name string, args pgx.NamedArgs) map[string]int {
 		t.Helper()

@@ -137,7 +137,7 @@ func (b bundle) happyPath(t *testing.T, key string, claim, attempt, deliver vers
 
 func TestFoldedTimelineIsTheStoredOne(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupBeforeRollout(t) // the version-29 statements run before the after-rollout step
 	old, cur := oldVersion(t), newVersion()
 	want := []move{
 		{reminder.Pending, reminder.Enqueued, 1, "d", reminder.CodeClaimed, "claimed for dispatch", t0.Add(time.Second)},
@@ -174,7 +174,7 @@ func TestFoldedTimelineIsTheStoredOne(t *testing.T) {
 func TestFoldedEventsOffTheHappyPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t)
+	b := setupBeforeRollout(t) // the version-29 statements run before the after-rollout step
 	cur, old := newVersion(), oldVersion(t)
 	codes := func(id int64) []string {
 		var out []string

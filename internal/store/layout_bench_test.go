@@ -135,7 +135,7 @@ type layoutRun struct {
 
 func runLayout(b *testing.B, lay layout, n, rounds int) layoutRun {
 	ctx := context.Background()
-	db := testenv.Postgres(b)
+	db := testenv.PostgresBeforeRollout(b)
 	scheduleDue(b, db, n)
 	lay.build(b, db)
 	// Every layout's tables read once before the runs, so that no claim
@@ -307,7 +307,7 @@ func BenchmarkLayoutsSpreadClaim(b *testing.B) {
 		for _, lay := range []layout{layoutToday, layoutNarrow, layoutNarrowOnly} {
 			for _, size := range []int{small, big} {
 				started := time.Now()
-				t := &table{name: fmt.Sprintf("%s %d", lay.name, size), lay: lay, db: testenv.Postgres(b)}
+				t := &table{name: fmt.Sprintf("%s %d", lay.name, size), lay: lay, db: testenv.PostgresBeforeRollout(b)}
 				spreadFill(b, t.db, lay, size, due, now)
 				b.Logf("%s: built in %s", t.name, time.Since(started).Round(time.Second))
 				tables = append(tables, t)
@@ -449,7 +449,7 @@ func TestLayoutsRunTodaysStatements(t *testing.T) {
 		events  int
 	}
 	run := func(t *testing.T, lay layout) outcome {
-		db := testenv.Postgres(t)
+		db := testenv.PostgresBeforeRollout(t)
 		scheduleDue(t, db, 1000)
 		lay.build(t, db)
 		o := outcome{columns: map[string][]string{}}

@@ -201,7 +201,7 @@ func TestMirrorEveryMixOfReleases(t *testing.T) {
 	for pi, p := range mixPaths {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := setupBeforeRollout(t) // the previous release runs before the after-rollout step
 			ctx := context.Background()
 			rels := [2]release{thisRelease(), previousRelease(t)}
 			var first []move

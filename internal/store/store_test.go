@@ -29,6 +29,15 @@ func setup(t *testing.T) bundle {
 	return bundle{db: db, st: store.New(db.Pool), clock: clock.NewFake(t0)}
 }
 
+// setupBeforeRollout is setup on the schema as the previous release's
+// binaries run on it (schema.Migrate, the after-rollout migrations not
+// applied): for the tests that run the previous release's statements.
+func setupBeforeRollout(t *testing.T) bundle {
+	t.Helper()
+	db := testenv.PostgresBeforeRollout(t)
+	return bundle{db: db, st: store.New(db.Pool), clock: clock.NewFake(t0)}
+}
+
 // schedule records a reminder due at due with the given deadline.
 func (b bundle) schedule(t *testing.T, key string, due, deadline time.Time) int64 {
 	t.Helper()
@@ -254,8 +263,9 @@ func TestLeasedRowsOfAnEarlierVersion(t *testing.T) {
 	orphan := b.schedule(t, "orphan", now.Add(-time.Minute), now.Add(time.Hour))
 	inFlight := b.schedule(t, "in-flight", now.Add(-time.Minute), now.Add(time.Hour))
 	// What a version-6 ClaimDue leaves behind.
-	_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET state = 'leased', fence = 1,
-		lease_until = CASE key WHEN 'orphan' THEN $1::timestamptz ELSE $2::timestamptz END`,
+	_, err := b.db.Pool.Exec(ctx, `UPDATE reminder_state s SET state = 'leased', fence = 1,
+		lease_until = CASE r.key WHEN 'orphan' THEN $1::timestamptz ELSE $2::timestamptz END
+		FROM reminders r WHERE r.id = s.id`,
 		now.Add(-time.Second), now.Add(time.Minute))
 	require.NoError(t, err)
 
@@ -788,7 +798,7 @@ func TestClaimForDeliveryJudgesEachRowsWindowInItsZone(t *testing.T) {
 		if tz == "" {
 			continue
 		}
-		_, err := b.db.Pool.Exec(ctx, `UPDATE reminders SET tz = $2, window_open = make_time($3, 0, 0),
+		_, err := b.db.Pool.Exec(ctx, `UPDATE reminder_state SET tz = $2, window_open = make_time($3, 0, 0),
 			window_close = make_time($4, 0, 0) WHERE id = $1`, ids[key], tz, (h+23)%24, (h+2)%24)
 		require.NoError(t, err)
 	}

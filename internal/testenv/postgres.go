@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/schema"
 )
 
@@ -25,28 +26,34 @@ type DB struct {
 	URL string
 }
 
-// AfterRolloutEnv, set to 1, makes Postgres apply the after-rollout
-// migrations too (schema.MigrateAfterRollout): the tests then run against
-// the schema as it is once every component runs this release (no state
-// mirror, for one).
-const AfterRolloutEnv = "NUDGE_TEST_AFTER_ROLLOUT"
-
-// AfterRollout reports whether AfterRolloutEnv asks for the after-rollout
-// schema.
-func AfterRollout() bool { return os.Getenv(AfterRolloutEnv) == "1" }
-
-// Postgres creates a fresh schema, migrates it (after the rollout too when
-// AfterRollout), and returns a pool whose connections use it. The schema is
+// Postgres creates a fresh schema, migrates it as it is once every
+// component runs this release (schema.MigrateAfterRollout: the
+// after-rollout migrations applied, no state mirror, no state columns on
+// reminders), and returns a pool whose connections use it. The schema is
 // dropped when the test ends.
 func Postgres(tb testing.TB) *DB {
 	tb.Helper()
+	return migrated(tb, schema.MigrateAfterRollout)
+}
+
+// PostgresBeforeRollout is Postgres migrated by schema.Migrate alone: it
+// stops before the first after-rollout migration, as the schema is while the
+// previous release's binaries still run (the state mirror in place). For the
+// tests of the mirror, the backfill and the after-rollout step; every other
+// test uses Postgres.
+func PostgresBeforeRollout(tb testing.TB) *DB {
+	tb.Helper()
+	return migrated(tb, schema.Migrate)
+}
+
+func migrated(tb testing.TB, migrate func(context.Context, pg.Beginner) ([]int, error)) *DB {
+	tb.Helper()
 	db := EmptyPostgres(tb)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Migrate serialises on one advisory lock per database: every test
+	// schema being migrated on the machine (other packages, other
+	// checkouts) queues on it, so the wait is the machine's, not this one's.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	migrate := schema.Migrate
-	if AfterRollout() {
-		migrate = schema.MigrateAfterRollout
-	}
 	if _, err := migrate(ctx, db.Pool); err != nil {
 		tb.Fatalf("migrating test schema %s: %v", db.Schema, err)
 	}

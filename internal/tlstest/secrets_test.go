@@ -87,7 +87,7 @@ func TestFullRunNeverPrintsSecrets(t *testing.T) {
 	run("dispatcher")
 	require.Eventually(t, func() bool {
 		var n int
-		err := conn.QueryRow(ctx, `SELECT count(*) FROM reminders WHERE state = 'delivered'`).Scan(&n)
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM reminder_state WHERE state = 'delivered'`).Scan(&n)
 		return err == nil && n == 2
 	}, 30*time.Second, 100*time.Millisecond, "both reminders delivered")
 	_, err = mp.WaitForCount(ctx, 1)

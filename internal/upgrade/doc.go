@@ -6,7 +6,8 @@
 // stopped, then every new one started, on the same schema and queues), while
 // both releases' nudgectl schedule and cancel throughout. Once no old
 // binary is left, the after-rollout step (nudgectl migrate --after-rollout:
-// schema 35 drops the state mirror) runs under the new fleet, which goes on
+// schema 37 drops the wide row's stale state columns) runs under the new
+// fleet, which goes on
 // scheduling, canceling and delivering. It then checks what users and operators would see: every reminder terminal
 // with a reason, nothing sent twice or after its deadline by the provider's
 // own record, timelines that read whole through the new nudgectl, dead

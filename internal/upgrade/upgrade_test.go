@@ -29,7 +29,7 @@ import (
 // OldRelease is the commit of the last landed release, whose binaries the
 // rolling upgrade starts from: main when the release was cut. Move it to the
 // new release's commit at each release, once its migrations have landed.
-const OldRelease = "0dbb7c8"
+const OldRelease = "2f23578"
 
 // commands are the binaries the fleet and the operator use, of either release.
 var commands = []string{"nudgectl", "dispatcher", "sms-worker", "email-worker", "reconciler"}
@@ -232,8 +232,11 @@ func TestRollingUpgrade(t *testing.T) {
 		"NUDGE_LOG_FORMAT=json", "NUDGE_LOG_LEVEL=warn", "NUDGE_LISTEN=",
 	}}
 
-	// 1. The old release's schema and topology, and its intake.
-	f.ctl("old", "migrate", "--declare-topology")
+	// 1. The old release's schema and topology, and its intake: release 1
+	// of the narrow-state layout after its own rollout (its after-rollout
+	// step, 35, applied: no state mirror, the wide row's state columns
+	// stale but still there).
+	f.ctl("old", "migrate", "--declare-topology", "--after-rollout")
 	t0 := time.Now().Add(2 * time.Second) // the fleet starts at t0
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	sleepUntil := func(d time.Duration) { time.Sleep(time.Until(at(d))) }
@@ -260,19 +263,17 @@ func TestRollingUpgrade(t *testing.T) {
 	// both releases' tools onto the new schema.
 	sleepUntil(8 * time.Second)
 	migrated := f.ctl("new", "migrate", "--declare-topology")
-	require.Contains(t, migrated, "waiting for the rollout: 0035_drop_state_mirror.after-rollout",
-		"the mirror stays while the old release runs")
+	require.Contains(t, migrated, "waiting for the rollout: 0037_drop_wide_state_columns.after-rollout",
+		"the wide row's state columns stay while the old release runs")
 	add("new", stream("new", 300, at(10*time.Second), at(45*time.Second)))
 	add("old", stream("old-late", 200, at(10*time.Second), at(45*time.Second)))
 
-	// 3. The claimers roll as a group, the order docs/deploy.md gives for
-	// schema versions 32–34: an old claimer's statement locks reminders
-	// rows and then (the mirror) their state rows, a new one's may lock the
-	// state rows first, so side by side on the same rows they could
-	// deadlock (SQLSTATE 40P01, logged, which fails this test). Every old
-	// claimer stops as a rollout stops it (SIGTERM, drained), then every new
-	// one starts; reminders coming due wait in between. Intake and nudgectl
-	// of both releases go on throughout.
+	// 3. The claimers roll as a group, as docs/deploy.md gives it (no
+	// mirror since 35, so both releases' claimers write reminder_state
+	// alone; the group roll is kept as the documented order). Every old
+	// claimer stops as a rollout stops it (SIGTERM, drained), then every
+	// new one starts; reminders coming due wait in between. Intake and
+	// nudgectl of both releases go on throughout.
 	sleepUntil(14 * time.Second)
 	for _, p := range []*proc{oldDispatcher, oldSMS, oldEmail, oldReconciler} {
 		f.stop(p)
@@ -286,11 +287,11 @@ func TestRollingUpgrade(t *testing.T) {
 	f.ctl("old", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-old2-", "--reason", "upgrade test: old nudgectl, new schema")
 
 	// 4. No binary of the old release left (its nudgectl's last cancel is
-	// done): the after-rollout step drops the mirror under the running new
-	// fleet, which goes on scheduling, canceling and delivering on
-	// reminder_state alone.
+	// done): the after-rollout step (37) drops the wide row's state columns
+	// under the running new fleet, which goes on scheduling, canceling and
+	// delivering.
 	sleepUntil(28 * time.Second)
-	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [35 36]")
+	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [37]")
 	add("new", stream("after", 150, at(30*time.Second), at(45*time.Second)))
 	add("new", toCancel("cancel-after", 20, at(40*time.Second), at(47*time.Second)))
 	sleepUntil(34 * time.Second)

@@ -152,12 +152,12 @@ SELECT count(*) FILTER (WHERE state = 'delivered'), min(due_at), max(finished_at
 -- mirror of migration 32, when on, then finds it made).
 WITH ins AS (
     INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                           state, created_at, updated_at)
+                           created_at)
     SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
            CASE WHEN t.channel = 'sms' THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
            'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
            CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
-           'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz - interval '1 day', @now::timestamptz - interval '1 day'
+           'nudge-' || lpad(to_hex(i), 64, '0'), @now::timestamptz - interval '1 day'
       FROM generate_series(@first::bigint, @last::bigint) AS i,
            -- j numbers the rows outside the block 1..@size-@due
            LATERAL (SELECT i >= @block::bigint AND i < @block::bigint + @due::bigint AS clustered,
@@ -171,10 +171,10 @@ WITH ins AS (
                                 WHEN s.spread
                                 THEN @now::timestamptz - interval '1 hour' + b.j * interval '50 minutes' / b.rest
                                 ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t
-    RETURNING id, tenant, channel, due_at, deadline, state, updated_at
+    RETURNING id, tenant, channel, due_at, deadline, created_at
 )
 INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, state, updated_at)
-SELECT id, tenant, channel, due_at, deadline, state, updated_at FROM ins
+SELECT id, tenant, channel, due_at, deadline, 'pending', created_at FROM ins
     ON CONFLICT (id) DO NOTHING;
 
 -- name: ScaleUniqueConstraints

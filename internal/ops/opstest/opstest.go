@@ -96,20 +96,17 @@ func Insert(t testing.TB, db pg.Querier, r Row) int64 {
 	err := db.QueryRow(context.Background(), `
 		WITH r AS (
 			INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline,
-			                       idempotency_key, state, fence, attempts, republishes, enqueued_at,
-			                       lease_until, next_attempt_at, finished_at, reason, updated_at)
+			                       idempotency_key)
 			VALUES (@tenant, @key, @channel, @recipient, 'course-expiry', '{"course": "Go 101"}', @due_at, @deadline,
-			        nudge_idempotency_key(@tenant, @key), @state, @fence, @attempts, @republishes, @enqueued_at,
-			        @lease_until, @next_attempt_at, @finished_at, nullif(@reason, ''), @since)
-			RETURNING id, tenant, channel, state, fence, due_at, deadline, attempts, republishes, enqueued_at,
-			          lease_until, next_attempt_at, finished_at, reason, updated_at
+			        nudge_idempotency_key(@tenant, @key))
+			RETURNING id, tenant, channel, due_at, deadline
 		), st AS (
 			-- The state row, as intake writes it (the mirror of schema 32,
 			-- while it runs, finds it there and leaves it).
 			INSERT INTO reminder_state (id, tenant, channel, state, fence, due_at, deadline, attempts, republishes,
 			                            enqueued_at, lease_until, next_attempt_at, finished_at, reason, updated_at)
-			SELECT id, tenant, channel, state, fence, due_at, deadline, attempts, republishes,
-			       enqueued_at, lease_until, next_attempt_at, finished_at, reason, updated_at FROM r
+			SELECT id, tenant, channel, @state, @fence, due_at, deadline, @attempts, @republishes,
+			       @enqueued_at, @lease_until, @next_attempt_at, @finished_at, nullif(@reason, ''), @since FROM r
 			ON CONFLICT (id) DO NOTHING
 		), ev AS (
 			INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, reason, at)
