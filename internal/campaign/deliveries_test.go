@@ -12,7 +12,6 @@ import (
 	"github.com/nudgehq/nudge/internal/campaign"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/reminder"
-	"github.com/nudgehq/nudge/schema"
 )
 
 // A campaign's reminders by state, as the status report (Deliveries) and
@@ -31,10 +30,9 @@ func TestDeliveriesCountTheCampaignsOwnReminders(t *testing.T) {
 		t.Run(fmt.Sprintf("after rollout %v", afterRollout), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := testenv.Postgres(t)
+			db := testenv.PostgresBeforeRollout(t)
 			if afterRollout {
-				_, err := schema.MigrateAfterRollout(ctx, db.Pool)
-				require.NoError(t, err)
+				db = testenv.Postgres(t)
 			}
 			exec := func(sql string, args ...any) {
 				t.Helper()

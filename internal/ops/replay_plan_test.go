@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/testenv"
-	"github.com/nudgehq/nudge/schema"
 )
 
 // planNode is the part of an EXPLAIN (FORMAT JSON) node a plan test reads.
@@ -41,12 +40,10 @@ func TestReplayByTenantFindsTheTenantsCandidatesInTheIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.Postgres(t)
-	_, err := schema.MigrateAfterRollout(ctx, db.Pool)
-	require.NoError(t, err)
 	now := time.Now()
 	// 20,000 reminders of 16 tenants, one in ten failed or quarantined, in
 	// id order across the table (as failures come, over time).
-	_, err = db.Pool.Exec(ctx, `WITH ins AS (
+	_, err := db.Pool.Exec(ctx, `WITH ins AS (
 		INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key)
 		SELECT 'tenant-' || i % 16, 'plan:' || i, 'email', 'u' || i || '@example.com', 'course-expiry', '{}',
 		       $1::timestamptz - interval '1 day', $1::timestamptz + interval '1 day', 'plan-' || i

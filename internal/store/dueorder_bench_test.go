@@ -20,7 +20,6 @@ import (
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
-	"github.com/nudgehq/nudge/schema"
 )
 
 // Issue 18's spread claim at 10M rows, and a design measured before
@@ -47,15 +46,11 @@ func dueOrderSQL(name string) string {
 	return q.Get(name)
 }
 
-// dueOrderDB is a schema migrated as it is after the rollout (no mirror),
-// whatever NUDGE_TEST_AFTER_ROLLOUT says: the layout both designs start from.
+// dueOrderDB is a schema migrated as it is after the rollout (no mirror,
+// no state columns on reminders): the layout both designs start from.
 func dueOrderDB(tb testing.TB) *testenv.DB {
 	tb.Helper()
-	db := testenv.Postgres(tb)
-	if _, err := schema.MigrateAfterRollout(context.Background(), db.Pool); err != nil {
-		tb.Fatalf("after-rollout migrations: %v", err)
-	}
-	return db
+	return testenv.Postgres(tb)
 }
 
 // The prototype promoter that BenchmarkDueOrder measures is correct: it

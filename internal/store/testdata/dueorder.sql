@@ -40,13 +40,12 @@ SELECT 'DROP INDEX ' || i.indexrelid::regclass::text, pg_get_indexdef(i.indexrel
 -- them an SMS due in the hour before @now (between 60 and 10 minutes
 -- before), so the due rows are spread evenly over the heap.
 INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                       state, created_at, updated_at)
+                       created_at)
 SELECT 'tenant-' || (i % 16), 'spread:' || i, t.channel,
        CASE WHEN t.channel = 'sms' THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
        'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
        CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
-       'nudge-' || lpad(to_hex(i), 64, '0'), 'pending', @now::timestamptz - interval '1 day',
-       @now::timestamptz - interval '1 day'
+       'nudge-' || lpad(to_hex(i), 64, '0'), @now::timestamptz - interval '1 day'
   FROM generate_series(@first::bigint, @last::bigint) AS i,
        LATERAL (SELECT i % (@total::bigint / @due::bigint) = 0 AS is_due) d,
        LATERAL (SELECT d.is_due,
@@ -61,7 +60,7 @@ SELECT 'tenant-' || (i % 16), 'spread:' || i, t.channel,
 INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days,
                             updated_at)
 SELECT r.id, r.tenant, r.channel, r.due_at, r.deadline, r.tz, r.window_open, r.window_close, r.window_days,
-       r.updated_at
+       r.created_at
   FROM reminders r
  WHERE r.id BETWEEN @first AND @last
  ORDER BY r.id;
