@@ -7,3 +7,7 @@ var BackfillState = backfillState
 
 // BackfillStatement is backfill.sql's BackfillState, which copies one batch.
 var BackfillStatement = backfillQueries.Get("BackfillState")
+
+// RetryMigration exposes the retry decision of a failed migration to
+// migrate_retry_test.go.
+var RetryMigration = retryMigration

@@ -15,6 +15,7 @@ package schema
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -22,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/internal/sqlfile"
@@ -165,7 +167,7 @@ func migrate(ctx context.Context, db pg.Beginner, afterRollout bool) ([]int, err
 		}
 		// apply checks again under the lock: a concurrent run may have
 		// applied it since.
-		did, err := apply(ctx, db, m)
+		did, err := applyRetryingDeadlocks(ctx, db, m)
 		if err != nil {
 			return applied, err
 		}
@@ -245,6 +247,38 @@ func backfillState(ctx context.Context, db pg.Beginner) error {
 		}
 		after = *last
 	}
+}
+
+// deadlockDetected is PostgreSQL's SQLSTATE for a transaction aborted to
+// break a deadlock.
+const deadlockDetected = "40P01"
+
+// deadlockAttempts bounds how often a migration chosen as a deadlock's
+// victim is run again.
+const deadlockAttempts = 5
+
+// applyRetryingDeadlocks applies m, and applies it again when PostgreSQL
+// aborted it to break a deadlock with the running fleet (a migration that
+// locks two tables, or upgrades a lock, can meet a fleet transaction that
+// takes them in the other order). The aborted transaction changed nothing,
+// so running it again is safe; the fleet's transaction it waited on has
+// gone on by then. Write migrations to take their strongest table lock
+// first anyway (0036's comment): this is the net under them.
+func applyRetryingDeadlocks(ctx context.Context, db pg.Beginner, m Migration) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		did, err := apply(ctx, db, m)
+		if err == nil || !retryMigration(err, attempt) {
+			return did, err
+		}
+	}
+}
+
+// retryMigration says whether a migration that failed with err on its
+// attempt-th try is run again: only a deadlock's victim, and at most
+// deadlockAttempts times in all.
+func retryMigration(err error, attempt int) bool {
+	var pgErr *pgconn.PgError
+	return attempt < deadlockAttempts && errors.As(err, &pgErr) && pgErr.Code == deadlockDetected
 }
 
 func apply(ctx context.Context, db pg.Beginner, m Migration) (bool, error) {

@@ -79,10 +79,17 @@ END $$;
 -- states (as the old one), never on the way to delivered: the delivery hot
 -- path writes no more than before.
 --
--- Building it reads reminder_state under a lock that holds transitions back
--- (seconds per million rows): a large install builds it first with CREATE
--- INDEX CONCURRENTLY and the same definition (docs/deploy.md, Upgrades),
--- which IF NOT EXISTS then keeps.
+-- The old index goes first. DROP INDEX takes reminder_state's ACCESS
+-- EXCLUSIVE lock, CREATE INDEX its SHARE lock: built first, the index would
+-- hold SHARE (which lets the running fleet's transactions read the table)
+-- and then wait to upgrade it while a fleet transaction that had read the
+-- table waits on the SHARE lock to write it: a deadlock, which
+-- TestRollingUpgrade met. Taking the strongest lock first, before any other
+-- lock on a table (the function above takes none),
+-- leaves nothing to upgrade. It holds the fleet's statements on the table
+-- back while the index builds (seconds per million rows): a large install
+-- builds it first with CREATE INDEX CONCURRENTLY and the same definition
+-- (docs/deploy.md, Upgrades), which IF NOT EXISTS then keeps.
+DROP INDEX IF EXISTS reminder_state_replayable;
 CREATE INDEX IF NOT EXISTS reminder_state_replayable_tenant ON reminder_state (due_at, tenant)
     WHERE state IN ('failed', 'quarantined');
-DROP INDEX IF EXISTS reminder_state_replayable;
