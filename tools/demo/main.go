@@ -412,7 +412,13 @@ func deleteTopology(amqpURL, prefix string) {
 		return
 	}
 	defer conn.Close()
-	if ch, err := conn.Channel(); err == nil {
-		_ = broker.Topology{Prefix: prefix}.WithDefaults().Delete(ch)
+	// The migration step declared the campaign planner's queues beside the
+	// channels' (Topology.Planning): both go, or every demo run would leave
+	// three quorum queues on the broker.
+	t := broker.Topology{Prefix: prefix}.WithDefaults()
+	for _, topo := range []broker.Topology{t, t.Planning()} {
+		if ch, err := conn.Channel(); err == nil {
+			_ = topo.Delete(ch)
+		}
 	}
 }
