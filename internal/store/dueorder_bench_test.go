@@ -46,13 +46,6 @@ func dueOrderSQL(name string) string {
 	return q.Get(name)
 }
 
-// dueOrderDB is a schema migrated as it is after the rollout (no mirror,
-// no state columns on reminders): the layout both designs start from.
-func dueOrderDB(tb testing.TB) *testenv.DB {
-	tb.Helper()
-	return testenv.Postgres(tb)
-}
-
 // The prototype promoter that BenchmarkDueOrder measures is correct: it
 // inserts the state rows of exactly the reminders due in its range that
 // have none (a reminder due before the horizon got one at intake, a
@@ -62,7 +55,7 @@ func dueOrderDB(tb testing.TB) *testenv.DB {
 func TestDueOrderPromote(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dueOrderDB(t)
+	db := testenv.Postgres(t)
 	now := time.Now().UTC().Truncate(time.Second)
 	for _, name := range []string{"DueOrderIndex", "LazyIntakeOn"} {
 		_, err := db.Pool.Exec(ctx, dueOrderSQL(name))
@@ -188,7 +181,7 @@ func TestDueOrderPromote(t *testing.T) {
 func TestDueOrderPromoterRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dueOrderDB(t)
+	db := testenv.Postgres(t)
 	t0 := time.Now().UTC().Truncate(time.Second)
 	for _, name := range []string{"DueOrderIndex", "LazyIntakeOn", "PromoterTable"} {
 		_, err := db.Pool.Exec(ctx, dueOrderSQL(name))
@@ -455,7 +448,7 @@ func buildDueTable(tb testing.TB, kind string, size, due int, now time.Time) *du
 	ctx := context.Background()
 	started := time.Now()
 	lazy := kind != "full"
-	t := &dueTable{name: fmt.Sprintf("%s %d", kind, size), lazy: lazy, history: kind == "history", size: size, db: dueOrderDB(tb)}
+	t := &dueTable{name: fmt.Sprintf("%s %d", kind, size), lazy: lazy, history: kind == "history", size: size, db: testenv.Postgres(tb)}
 	pool := t.db.Pool
 	rows, err := pool.Query(ctx, dueOrderSQL("DeferredIndexes"))
 	if err != nil {
