@@ -191,7 +191,7 @@ func (s *Store) Promote(ctx context.Context, until time.Time, ahead time.Duratio
 		}
 		w = afterPass(w, p.Read, limit, *lastDue, *lastID)
 		p.Final, p.Through, p.SweepDone = w.Final, through(w, lazyBeyond), w.Sweep == nil
-		args := pgx.NamedArgs{"final_until": w.Final, "prov_until": w.ProvUntil, "prov_wait": w.ProvWait,
+		args := pgx.NamedArgs{"ahead": ahead, "final_until": w.Final, "prov_until": w.ProvUntil, "prov_wait": w.ProvWait,
 			"sweep_until": nil, "sweep_wait": nil, "sweep_prev_done": nil, "cursor_due": nil, "cursor_id": nil}
 		if w.Sweep != nil {
 			args["sweep_until"], args["sweep_wait"], args["sweep_prev_done"] = w.Sweep.Until, w.Sweep.Wait, w.Sweep.PrevDone

@@ -770,4 +770,4 @@ SELECT (SELECT count(*) FROM scan), (SELECT count(*) FROM ins), (SELECT due_at F
 UPDATE nudge_promoter
    SET final_until = @final_until, prov_until = @prov_until, prov_wait = coalesce(@prov_wait::text[], prov_wait),
        sweep_until = @sweep_until, sweep_wait = @sweep_wait, sweep_prev_done = @sweep_prev_done,
-       cursor_due = @cursor_due, cursor_id = @cursor_id, passed_at = statement_timestamp();
+       cursor_due = @cursor_due, cursor_id = @cursor_id, passed_at = statement_timestamp(), ahead = @ahead::interval;

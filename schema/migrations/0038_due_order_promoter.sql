@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS nudge_promoter (
     cursor_due      timestamptz,
     cursor_id       bigint,
     passed_at       timestamptz,
+    ahead           interval,
     CHECK ((sweep_until IS NULL) = (cursor_due IS NULL) AND (cursor_due IS NULL) = (cursor_id IS NULL)
            AND (sweep_until IS NULL) = (sweep_wait IS NULL) AND (sweep_until IS NULL) = (sweep_prev_done IS NULL))
 );
@@ -94,8 +95,9 @@ COMMENT ON TABLE nudge_promoter IS
     'The promoter''s watermark (internal/store Promote, one row): final_until (below it every committed '
     'lazy reminder has its state row), prov_until and prov_wait (the last complete sweep''s end and the '
     'writers on reminders in flight at its start), and the sweep in progress: its end, writers, whether '
-    'prov_wait were done at its start, and the keyset cursor (cursor_due, cursor_id). Passes serialize on '
-    'this row (FOR UPDATE).';
+    'prov_wait were done at its start, and the keyset cursor (cursor_due, cursor_id); passed_at and ahead '
+    '(H) of the last pass, for the gauges (lag: now + ahead - provisional end). Passes serialize on this row '
+    '(FOR UPDATE).';
 
 -- What a dispatcher run promoted, and the watermarks after its passes
 -- (metrics and nudgectl stats read them beside the run's counts).
