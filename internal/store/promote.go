@@ -147,8 +147,8 @@ func through(w watermark, lazyBeyond bool) time.Time {
 	return t
 }
 
-// Promote runs one promoter pass in one transaction: it reads the
-// watermark and the writers in flight (PromoterRead), starts a sweep to
+// Promote runs one promoter pass in one transaction: it locks the
+// watermark (PromoterLock), reads it and the writers in flight (PromoterRead), starts a sweep to
 // until (the caller's clock plus H) if none is in progress, bounded by the
 // database's clock plus the smaller of ahead (H) and lazy intake's horizon,
 // inserts the state rows of up to limit lazy reminders of the sweep in
@@ -169,6 +169,9 @@ func (s *Store) Promote(ctx context.Context, until time.Time, ahead time.Duratio
 		var limitAt time.Time
 		var writers []string
 		var done bool
+		if _, err := tx.Exec(ctx, query("PromoterLock")); err != nil {
+			return err
+		}
 		if err := tx.QueryRow(ctx, query("PromoterRead"), pgx.NamedArgs{"ahead": ahead}).Scan(&w.Final, &w.ProvUntil,
 			&sw.until, &sw.wait, &sw.prevDone, &sw.afterDue, &sw.afterID, &limitAt, &writers, &done); err != nil {
 			return err

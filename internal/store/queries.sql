@@ -708,10 +708,20 @@ SELECT s.id, s.state, s.state, s.fence, @actor, @code, n.reason, @now
   FROM unnest(@ids::bigint[], @reasons::text[]) AS n(id, reason)
   JOIN reminder_state s ON s.id = n.id;
 
+-- name: PromoterLock
+-- A promoter pass's first statement (promote.go): the watermark row locked
+-- (passes serialize; a second dispatcher's waits here), so PromoterRead's
+-- look at pg_locks comes after any pass before it committed. The pass
+-- commits asynchronously (no WAL flush of its own: a pass with nothing lazy
+-- is otherwise an fsync per dispatcher run): it is idempotent, a crash that
+-- loses its commit loses its state rows and its watermark together, and
+-- anything done with a promoted row (a claim, a cancel) commits
+-- synchronously later, which flushes the WAL up to it.
+SELECT set_config('synchronous_commit', 'off', true) FROM nudge_promoter FOR UPDATE;
+
 -- name: PromoterRead
--- A promoter pass's first statement (promote.go), before Promote takes its
--- snapshot: it locks the watermark row (passes serialize; a second
--- dispatcher's waits), and returns the row, the farthest a sweep begun now
+-- A promoter pass's second statement, before Promote takes its
+-- snapshot (the row is locked by PromoterLock): it returns the row, the farthest a sweep begun now
 -- may reach (the database's clock plus the smaller of the pass's horizon
 -- @ahead and lazy intake's: a transaction that takes its lock on reminders
 -- after this read writes lazy reminders due only past it), the virtual ids
@@ -731,8 +741,7 @@ SELECT p.final_until, p.prov_until, p.sweep_until, p.sweep_wait, p.sweep_prev_do
                     AND w.granted AND w.pid IS DISTINCT FROM pg_backend_pid()), '{}'),
        NOT EXISTS (SELECT 1 FROM pg_locks v
                     WHERE v.locktype = 'virtualxid' AND v.virtualxid = ANY(p.prov_wait))
-  FROM nudge_promoter p
-   FOR UPDATE;
+  FROM nudge_promoter p;
 
 -- name: Promote
 -- One bounded step of a sweep: the state rows of the next @limit lazy
