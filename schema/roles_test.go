@@ -209,6 +209,21 @@ func TestDispatcherRoleRunsItsStatementsOnly(t *testing.T) {
 	require.Equal(t, reminder.Pending, b.state(t, c))
 	require.Equal(t, reminder.Expired, b.state(t, late))
 
+	// The promoter (schema 38): a lazy reminder's state row, the watermark.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = interval '2 hours'`)
+	require.NoError(t, err)
+	wall := time.Now()
+	res, err := intake.Schedule(ctx, b.db.Pool, intake.Request{Tenant: "acme", Key: "lazy", Channel: reminder.Email,
+		Recipient: "learner@example.com", Template: "course-expiry", DueAt: wall.Add(3 * time.Hour),
+		Deadline: wall.Add(4 * time.Hour)})
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = interval '4 hours'`)
+	require.NoError(t, err)
+	p, err := st.Promote(ctx, wall.Add(4*time.Hour), 4*time.Hour, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.Promoted)
+	require.Equal(t, reminder.Pending, b.state(t, res.ID))
+
 	for _, sql := range append(forbiddenToComponents,
 		// Nothing to do with attempts, and no personal data.
 		`SELECT id FROM delivery_attempts`,

@@ -288,6 +288,15 @@ type Config struct {
 	// worker of the releases since 2026-12-01 reads them (docs/deploy.md).
 	// Zero value: 50, the workers' default batch.
 	EnvelopeSize int
+	// PromoteAhead is H of the due-ordered store (schema 38): a run's
+	// promoter passes insert the state rows of lazy reminders due up to H
+	// ahead of its clock (never beyond the database's clock plus H, nor
+	// plus lazy intake's horizon). Zero value: 1 hour.
+	PromoteAhead time.Duration
+	// PromoteBatch bounds the lazy reminders one promoter pass reads (a
+	// dispatcher down for hours catches up pass by pass, claiming between
+	// them). Zero value: 5,000.
+	PromoteBatch int
 }
 
 // WithDefaults returns c with each zero (or negative) field set to its
@@ -307,6 +316,12 @@ func (c Config) WithDefaults() Config {
 		c.EnvelopeSize = 50
 	}
 	c.EnvelopeSize = min(c.EnvelopeSize, message.MaxBatchEntries)
+	if c.PromoteAhead <= 0 {
+		c.PromoteAhead = time.Hour
+	}
+	if c.PromoteBatch <= 0 {
+		c.PromoteBatch = 5000
+	}
 	return c
 }
 
@@ -335,12 +350,34 @@ type Summary struct {
 	// BrokerDown is set when the run could not publish and only expired
 	// what was past its deadline (ExpireDue).
 	BrokerDown bool
+	// Promoted are the state rows the run's promoter passes inserted;
+	// Final and Through the watermarks after the last one
+	// (store.Promotion; Through zero: nothing bounded the claim).
+	Promoted int64
+	Final    time.Time
+	Through  time.Time
 	// Hops are the hop latencies the run observed, recorded with it
 	// (Report sets them from the process's registry).
 	Hops metrics.HopCounts
 }
 
-// RunOnce runs one dispatch pass with the cutoff taken now. Batches overlap
+// promote runs one promoter pass (store.Promote) up to the run's clock plus
+// H and notes it in sum.
+func (d *Dispatcher) promote(ctx context.Context, cfg Config, sum *Summary) (store.Promotion, error) {
+	p, err := d.Store.Promote(ctx, d.Clock.Now().Add(cfg.PromoteAhead), cfg.PromoteAhead, cfg.PromoteBatch)
+	if err != nil {
+		return p, err
+	}
+	sum.Promoted += p.Promoted
+	sum.Final, sum.Through = p.Final, p.Through
+	return p, nil
+}
+
+// RunOnce runs one dispatch pass with the cutoff taken now. It first runs a
+// promoter pass (the state rows of lazy reminders due up to H ahead), and
+// claims only up to the promoter's provisional end when that is before the
+// cutoff; while a sweep is incomplete (a dispatcher back after hours), one
+// bounded pass runs before each claim. Batches overlap
 // by one: while a batch is published and recorded (Enqueue), the next one is
 // claimed, so the claim's database work runs beside the broker's confirms
 // and the previous record. At most one Enqueue runs at a time, so batches
@@ -355,6 +392,8 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		sum.Elapsed = d.Clock.Now().Sub(start)
 		return sum, err
 	}
+	var promo store.Promotion // SweepDone false: the first iteration runs a pass
+	var err error
 	var slowest time.Duration
 	var running chan enqueued // the previous batch's Enqueue, if any
 	collect := func() error {
@@ -376,13 +415,25 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			break
 		}
 		batchStart := d.Clock.Now()
-		claimed, more, err := d.Store.ClaimDueBatch(ctx, batchStart, sum.Cutoff, cfg.Batch, cfg.Lease, d.Actor)
+		if !promo.SweepDone {
+			if promo, err = d.promote(ctx, cfg, &sum); err != nil {
+				err = errors.Join(err, collect())
+				sum.Elapsed = d.Clock.Now().Sub(start)
+				return sum, err
+			}
+		}
+		claimed, more, err := d.Store.ClaimDueBatch(ctx, batchStart, promo.ClaimCutoff(sum.Cutoff), cfg.Batch,
+			cfg.Lease, d.Actor)
 		if err != nil {
 			err = errors.Join(err, collect())
 			sum.Elapsed = d.Clock.Now().Sub(start)
 			return sum, err
 		}
 		if len(claimed) == 0 {
+			if !promo.SweepDone {
+				slowest = max(slowest, d.Clock.Now().Sub(batchStart))
+				continue // nothing due up to the sweep's cursor yet: its next pass
+			}
 			break
 		}
 		sum.Batches++
@@ -415,11 +466,11 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			done <- enqueued{res: res, err: err}
 		}(claimed, running)
 		slowest = max(slowest, d.Clock.Now().Sub(batchStart))
-		if !more {
+		if !more && promo.SweepDone {
 			break // rows released by Enqueue stay for the next pass
 		}
 	}
-	err := collect()
+	err = collect()
 	sum.Elapsed = d.Clock.Now().Sub(start)
 	return sum, err
 }
@@ -428,8 +479,17 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 // batch by batch within the budget, the due pending rows already past their
 // deadline, which would otherwise wait for the broker to come back.
 func (d *Dispatcher) expireOnly(ctx context.Context, cfg Config, sum *Summary) error {
+	// The promoter first, as RunOnce: a lazy reminder past its deadline
+	// expires only once it has its state row.
+	var promo store.Promotion
+	for ctx.Err() == nil && !promo.SweepDone && d.Clock.Now().Sub(sum.Cutoff) < cfg.Budget {
+		var err error
+		if promo, err = d.promote(ctx, cfg, sum); err != nil {
+			return err
+		}
+	}
 	for ctx.Err() == nil && d.Clock.Now().Sub(sum.Cutoff) < cfg.Budget {
-		byChannel, err := ExpireDue(ctx, d.Store.Pool(), d.Clock.Now(), sum.Cutoff, cfg.Batch, d.Actor)
+		byChannel, err := ExpireDue(ctx, d.Store.Pool(), d.Clock.Now(), promo.ClaimCutoff(sum.Cutoff), cfg.Batch, d.Actor)
 		if err != nil {
 			return err
 		}
@@ -514,6 +574,7 @@ func (d *Dispatcher) LogSummary(sum Summary, err error) {
 	}
 	ev.Time("cutoff", sum.Cutoff).Int("batches", sum.Batches).Int("claimed", sum.Claimed).
 		Int("enqueued", sum.Enqueued).Int("expired", sum.Expired).Int("released", sum.Released).
+		Int64("promoted", sum.Promoted).
 		Dur("elapsed", sum.Elapsed).Bool("out_of_budget", sum.OutOfBudget).Bool("broker_down", sum.BrokerDown).
 		Msg("dispatch run")
 }

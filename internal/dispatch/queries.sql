@@ -7,9 +7,12 @@
 -- nudge_dispatch_cutoff_lag_seconds read it).
 -- hops holds the run's hop latencies (metrics.HopCounts, schema version 15),
 -- which the reconciler exports.
-INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error, hops)
+-- promoted, final_until and prov_until are the run's promoter passes'
+-- (schema 38).
+INSERT INTO dispatch_runs (actor, cutoff, finished_at, claimed, enqueued, expired, released, out_of_budget, error, hops,
+                           promoted, final_until, prov_until)
 VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released, @out_of_budget,
-        nullif(@error::text, ''), coalesce(@hops::jsonb, '{}'::jsonb));
+        nullif(@error::text, ''), coalesce(@hops::jsonb, '{}'::jsonb), @promoted, @final_until, @prov_until);
 
 -- name: ExpireDue
 -- The expire-only part of ClaimDue, for a run that cannot publish (the

@@ -28,7 +28,8 @@ var queries = sqlfile.Parse("queries.sql", queriesSQL)
 // metrics collector derive the cutoff lag from it.
 //
 // sum.Hops, when set, are the hop latencies the run observed: the
-// reconciler exports them (metrics.DispatchRunCollector).
+// reconciler exports them (metrics.DispatchRunCollector). The promoter's
+// rows and watermarks go with them (schema 38).
 func RecordRun(ctx context.Context, q pg.Querier, actor string, sum Summary, finished time.Time, runErr error) error {
 	var msg string
 	if runErr != nil {
@@ -45,10 +46,19 @@ func RecordRun(ctx context.Context, q pg.Querier, actor string, sum Summary, fin
 		"actor": actor, "cutoff": sum.Cutoff, "finished_at": finished, "claimed": sum.Claimed,
 		"enqueued": sum.Enqueued, "expired": sum.Expired, "released": sum.Released,
 		"out_of_budget": sum.OutOfBudget, "error": msg, "hops": string(hops),
+		"promoted": sum.Promoted, "final_until": nullTime(sum.Final), "prov_until": nullTime(sum.Through),
 	}); err != nil {
 		return fmt.Errorf("recording the dispatch run: %w", err)
 	}
 	return nil
+}
+
+// nullTime is t, or NULL for the zero time.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // ExpireDue is the expire-only part of a claim, for a run that cannot

@@ -32,6 +32,10 @@ func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
 		"time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
 	fs.IntVar(&o.Config.EnvelopeSize, "envelope-size", def.EnvelopeSize,
 		"reminders of one channel per broker message (1 to 100; above 1, batch envelopes, which workers older than them dead-letter: docs/deploy.md)")
+	fs.DurationVar(&o.Config.PromoteAhead, "promote-ahead", def.PromoteAhead,
+		"H of the due-ordered store: each run first inserts the state rows of lazy reminders due up to H ahead (bounded by the database's clock and lazy intake's horizon: docs/deploy.md, schema 38)")
+	fs.IntVar(&o.Config.PromoteBatch, "promote-batch", def.PromoteBatch,
+		"lazy reminders one promoter pass reads at most (a run catching up runs one pass before each claim)")
 	fs.DurationVar(&o.Every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
 	fs.StringVar(&o.Pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
 }

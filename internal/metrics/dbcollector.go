@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -51,6 +52,12 @@ func query(name string) string { return queries.Get(name) }
 //	                                       reminder past its deadline, or a lease expired
 //	nudge_dispatch_cutoff_lag_seconds      now − the newest complete dispatcher run's cutoff
 //	                                       (absent until a run is recorded in dispatch_runs)
+//	nudge_promoter_lag_seconds             now + H − the promoter's provisional end: how far
+//	                                       short of H ahead the state rows of lazy reminders
+//	                                       are made (about the time since the last pass;
+//	                                       absent before one ran)
+//	nudge_promoter_final_age_seconds       now − the promoter's final watermark; above 2H, a
+//	                                       transaction writing reminders has been open that long
 //	nudge_dead_letter_messages{channel}    dead-letter queue depth (when DLQDepth is set)
 //	nudge_db_scrape_success, nudge_db_scrape_duration_seconds
 type DBCollector struct {
@@ -68,6 +75,7 @@ type DBCollector struct {
 
 type collectorDescs struct {
 	newest, pendingEstimate, oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
+	promoterLag, promoterFinalAge                                                                                     *prometheus.Desc
 }
 
 // NewDBCollector returns a collector reading db.
@@ -91,8 +99,12 @@ func (c *DBCollector) init() {
 			reconcileLag: d("nudge_reconcile_lag_seconds", "Age of the oldest repair the reconciler owes: an open reminder past its deadline, or an expired lease (0: none)."),
 			cutoffLag:    d("nudge_dispatch_cutoff_lag_seconds", "Now minus the cutoff of the newest dispatcher run that finished everything due before it."),
 			dlq:          d("nudge_dead_letter_messages", "Messages in the dead-letter queue, by channel.", "channel"),
-			success:      d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
-			duration:     d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
+			promoterLag: d("nudge_promoter_lag_seconds",
+				"Now plus the promoter's H minus its provisional end: how far short of H ahead lazy reminders get their state rows."),
+			promoterFinalAge: d("nudge_promoter_final_age_seconds",
+				"Now minus the promoter's final watermark (below it every lazy reminder has its state row); above 2H a transaction writing reminders has stayed open."),
+			success:  d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
+			duration: d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
 		}
 	})
 }
@@ -101,7 +113,8 @@ func (c *DBCollector) init() {
 func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.init()
 	for _, d := range []*prometheus.Desc{c.descs.newest, c.descs.pendingEstimate, c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
-		c.descs.reconcileLag, c.descs.cutoffLag, c.descs.dlq, c.descs.success, c.descs.duration} {
+		c.descs.reconcileLag, c.descs.cutoffLag, c.descs.dlq, c.descs.success, c.descs.duration,
+		c.descs.promoterLag, c.descs.promoterFinalAge} {
 		ch <- d
 	}
 }
@@ -156,6 +169,9 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.descs.misses, prometheus.GaugeValue, miss[string(chn)], string(chn))
 		}
 	}
+	if ok {
+		ok = c.collectPromoter(ctx, ch, now)
+	}
 	if c.DLQDepth != nil {
 		if depths, err := c.DLQDepth(ctx); err == nil {
 			for _, chn := range reminder.Channels {
@@ -171,4 +187,21 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs.success, prometheus.GaugeValue, success)
 	ch <- prometheus.MustNewConstMetric(c.descs.duration, prometheus.GaugeValue, time.Since(start).Seconds())
+}
+
+// collectPromoter sends the promoter's gauges (a second statement: one row
+// by primary key); false when it failed.
+func (c *DBCollector) collectPromoter(ctx context.Context, ch chan<- prometheus.Metric, now time.Time) bool {
+	var lag time.Duration
+	var final time.Time
+	err := c.DB.QueryRow(ctx, query("PromoterGauges"), pgx.NamedArgs{"now": now}).Scan(&lag, &final)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	ch <- prometheus.MustNewConstMetric(c.descs.promoterLag, prometheus.GaugeValue, lag.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.descs.promoterFinalAge, prometheus.GaugeValue, max(now.Sub(final), 0).Seconds())
+	return true
 }

@@ -389,3 +389,30 @@ func TestDispatchRunCollectorCountsNewRunsOnce(t *testing.T) {
 		require.Equal(t, 1.0, vs[`nudge_dispatch_runs_total{result="error"}`])
 	}
 }
+
+// The promoter's gauges (schema 38) come from its watermark row: absent
+// before a pass ran; then its lag (now + H − provisional end, the cursor of
+// a sweep in progress when farther) and the final watermark's age.
+func TestDBCollectorPromoterGauges(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewDBCollector(db.Pool, clock.NewFake(now)))
+	vs := values(t, reg)
+	require.Equal(t, 1.0, vs["nudge_db_scrape_success"])
+	require.Zero(t, series(vs, "nudge_promoter_lag_seconds"), "no pass yet")
+
+	_, err := db.Pool.Exec(ctx, `UPDATE nudge_promoter SET passed_at = $1, ahead = interval '1 hour',
+		final_until = $1::timestamptz - interval '10 minutes', prov_until = $1::timestamptz + interval '50 minutes'`, now)
+	require.NoError(t, err)
+	vs = values(t, reg)
+	require.Equal(t, 600.0, vs["nudge_promoter_lag_seconds"])
+	require.Equal(t, 600.0, vs["nudge_promoter_final_age_seconds"])
+
+	_, err = db.Pool.Exec(ctx, `UPDATE nudge_promoter SET sweep_until = $1::timestamptz + interval '1 hour',
+		sweep_wait = '{}', sweep_prev_done = true, cursor_due = $1::timestamptz + interval '55 minutes', cursor_id = 1`, now)
+	require.NoError(t, err)
+	require.Equal(t, 300.0, values(t, reg)["nudge_promoter_lag_seconds"], "the sweep's cursor is farther")
+}

@@ -55,6 +55,15 @@ SELECT (SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_a
                 (SELECT reltuples FROM pg_class WHERE oid = to_regclass('reminders_pending_due')),
                 (SELECT reltuples FROM pg_class WHERE oid = to_regclass('reminder_state_pending_due')));
 
+-- name: PromoterGauges
+-- The due-ordered store's promoter (schema 38), from its one watermark row:
+-- its lag (@now + H of its last pass − its provisional end: the last
+-- complete sweep's end, or the cursor of the sweep in progress when
+-- farther) and the final watermark. Absent before a pass ran.
+SELECT @now::timestamptz + p.ahead - greatest(p.prov_until, p.cursor_due), p.final_until
+  FROM nudge_promoter p
+ WHERE p.passed_at IS NOT NULL;
+
 -- name: DispatchRunsStart
 -- Where DispatchRunCollector starts: the newest run's id (its hops and those
 -- before it are not counted), and the newest successful and any run's end

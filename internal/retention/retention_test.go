@@ -405,3 +405,22 @@ func TestPurgeLeavesBothCopiesOfTheStateEqual(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, sum.Purged, "purged once")
 }
+
+// Retention deletes the state rows of the reminders it deletes itself, not
+// through reminder_state's foreign key, which the due-ordered store's
+// slice 4 drops: with the key dropped, no state row is left without its
+// reminder, and the ones not due for deletion stay.
+func TestDeletedRemindersTakeTheirStateRowsWithoutTheForeignKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, retention.Config{})
+	_, err := b.db.Pool.Exec(context.Background(), `ALTER TABLE reminder_state DROP CONSTRAINT reminder_state_id_fkey`)
+	require.NoError(t, err)
+	b.seed(t, "old", 5, reminder.Delivered, 40*day)
+	b.seed(t, "recent", 3, reminder.Delivered, day)
+	sum, err := b.c.Pass(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 5, sum.RemindersDeleted)
+	require.Zero(t, count(t, b.db, `SELECT count(*) FROM reminder_state s
+		WHERE NOT EXISTS (SELECT 1 FROM reminders r WHERE r.id = s.id)`), "orphan state rows")
+	require.Equal(t, 3, count(t, b.db, `SELECT count(*) FROM reminder_state`))
+}

@@ -169,96 +169,9 @@ func TestDueOrderPromote(t *testing.T) {
 	require.Equal(t, keys("enqueued", "due", "soon", "lazy", "edge"), claimed, "claimed")
 }
 
-// The promoter's race with intake: a web transaction that inserted a
-// far-future reminder without a state row and commits after the promoter's
-// snapshot passed its due time. PromoteStep keeps the range it scanned
-// provisional, and scans it again, until no transaction in progress at its
-// snapshot still is, so the reminder is promoted once it commits and no
-// reminder is ever left below the final watermark without its state row
-// (checked after every pass). A promoter that moved its watermark to the
-// end of each scanned range would leave it there: that is what the first
-// assertion after the commit would catch.
-func TestDueOrderPromoterRace(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testenv.Postgres(t)
-	t0 := time.Now().UTC().Truncate(time.Second)
-	for _, name := range []string{"DueOrderIndex", "LazyIntakeOn", "PromoterTable"} {
-		_, err := db.Pool.Exec(ctx, dueOrderSQL(name))
-		require.NoError(t, err, name)
-	}
-	// Every intake is lazy here (the horizon at t0): the worst case.
-	for _, name := range []string{"SetHorizon", "PromoterStart"} {
-		_, err := db.Pool.Exec(ctx, dueOrderSQL(name), pgx.NamedArgs{"at": t0})
-		require.NoError(t, err, name)
-	}
-	schedule := func(q intake.Querier, key string, due time.Time) {
-		_, err := intake.ScheduleMany(ctx, q, []intake.Request{{Tenant: "tenant-0", Key: key, Channel: reminder.SMS,
-			Recipient: "+14155550100", Template: "course-expiry", Data: map[string]any{"course": "Go 101"},
-			DueAt: due, Deadline: due.Add(24 * time.Hour)}})
-		require.NoError(t, err)
-	}
-	step := func(until time.Time) (promoted int64, final time.Time) {
-		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL dueorder.promoter = on`); err != nil {
-				return err
-			}
-			var wait []string // xid has no Go type in pgx: its text form
-			var done bool
-			if err := tx.QueryRow(ctx, dueOrderSQL("IntakeInFlight")).Scan(&wait, &done); err != nil {
-				return err
-			}
-			return tx.QueryRow(ctx, dueOrderSQL("PromoteStep"), pgx.NamedArgs{"until": until, "wait": wait, "done": done}).
-				Scan(&promoted, &final)
-		})
-		require.NoError(t, err)
-		var lost int
-		require.NoError(t, db.Pool.QueryRow(ctx, dueOrderSQL("LostBelowWatermark")).Scan(&lost))
-		require.Zero(t, lost, "reminders below the final watermark %s without a state row", final)
-		return promoted, final
-	}
-	hasState := func(key string) bool {
-		var ok bool
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reminder_state s JOIN reminders r ON r.id = s.id
-			WHERE r.key = $1)`, key).Scan(&ok))
-		return ok
-	}
-
-	// The web transaction: its reminder, due in 10 minutes, not committed.
-	web, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer web.Rollback(ctx) //nolint:errcheck
-	schedule(web, "late-commit", t0.Add(10*time.Minute))
-	// Another, committed before the promoter runs.
-	schedule(db.Pool, "committed", t0.Add(20*time.Minute))
-
-	n, final := step(t0.Add(time.Hour))
-	require.EqualValues(t, 1, n, "the committed reminder promoted")
-	require.True(t, final.Equal(t0), "the final watermark stays while the first pass is provisional: %s", final)
-	n, final = step(t0.Add(time.Hour))
-	require.Zero(t, n)
-	require.True(t, final.Equal(t0), "the web transaction is in progress: the range stays provisional (final %s)", final)
-	require.False(t, hasState("late-commit"))
-
-	require.NoError(t, web.Commit(ctx))
-	// The next passes scan the range again and promote it; the final
-	// watermark passes it once no transaction in progress at the last
-	// pass's snapshot still is (other tests' transactions share the
-	// cluster's xids: a few passes may be needed).
-	promoted := false
-	deadline := time.Now().Add(10 * time.Second)
-	for !final.Equal(t0.Add(time.Hour)) {
-		require.True(t, time.Now().Before(deadline), "the final watermark did not pass the range in 10 s (final %s)", final)
-		n, final = step(t0.Add(time.Hour))
-		promoted = promoted || n == 1
-		if !final.Equal(t0.Add(time.Hour)) {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	require.True(t, promoted, "the late commit promoted by one pass")
-	require.True(t, hasState("late-commit"))
-	require.True(t, hasState("committed"))
-}
+// The promoter's race with intake, measured here on the prototype
+// (TestDueOrderPromoterRace), is tested on the real statements since schema
+// 38: promote_test.go's TestPromoterRace.
 
 // dueTable is one of BenchmarkDueOrder's tables and what was measured on it.
 type dueTable struct {

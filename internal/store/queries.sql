@@ -707,3 +707,76 @@ INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, co
 SELECT s.id, s.state, s.state, s.fence, @actor, @code, n.reason, @now
   FROM unnest(@ids::bigint[], @reasons::text[]) AS n(id, reason)
   JOIN reminder_state s ON s.id = n.id;
+
+-- name: PromoterLock
+-- A promoter pass's first statement (promote.go): the watermark row locked
+-- (passes serialize; a second dispatcher's waits here), so PromoterRead's
+-- look at pg_locks comes after any pass before it committed. The pass
+-- commits asynchronously (no WAL flush of its own: a pass with nothing lazy
+-- is otherwise an fsync per dispatcher run): it is idempotent, a crash that
+-- loses its commit loses its state rows and its watermark together, and
+-- anything done with a promoted row (a claim, a cancel) commits
+-- synchronously later, which flushes the WAL up to it.
+SELECT set_config('synchronous_commit', 'off', true) FROM nudge_promoter FOR UPDATE;
+
+-- name: PromoterRead
+-- A promoter pass's second statement, before Promote takes its
+-- snapshot (the row is locked by PromoterLock): it returns the row, the farthest a sweep begun now
+-- may reach (the database's clock plus the smaller of the pass's horizon
+-- @ahead and lazy intake's: a transaction that takes its lock on reminders
+-- after this read writes lazy reminders due only past it), the virtual ids
+-- of the transactions that hold a write lock on reminders now (pg_locks
+-- needs no privilege; virtual ids, so a writer that has no xid yet counts),
+-- and whether the writers stored at the last complete sweep's start are all
+-- gone. Two-phase transactions hold no virtualxid lock once prepared:
+-- Nudge's writers do not use them.
+SELECT p.final_until, p.prov_until, p.sweep_until, p.sweep_wait, p.sweep_prev_done, p.cursor_due, p.cursor_id,
+       statement_timestamp()
+       + least(@ahead::interval, coalesce((SELECT l.horizon FROM nudge_lazy_intake l), @ahead::interval)),
+       coalesce((SELECT array_agg(DISTINCT w.virtualtransaction)
+                   FROM pg_locks w
+                  WHERE w.locktype = 'relation' AND w.relation = 'reminders'::regclass
+                    AND w.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                    AND w.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+                    AND w.granted AND w.pid IS DISTINCT FROM pg_backend_pid()), '{}'),
+       NOT EXISTS (SELECT 1 FROM pg_locks v
+                    WHERE v.locktype = 'virtualxid' AND v.virtualxid = ANY(p.prov_wait))
+  FROM nudge_promoter p;
+
+-- name: Promote
+-- One bounded step of a sweep: the state rows of the next @limit lazy
+-- reminders after (@after_due, @after_id) and due before @until, in
+-- (due_at, id) order (reminders_due_order, index-only once vacuumed), so
+-- the state rows of one minute are written together. A reminder that has
+-- its row (promoted by an earlier sweep, or by a write before slice 3's
+-- materialization) keeps it. Returns the reminders read, the rows inserted,
+-- the last key read (the next cursor), and whether any lazy reminder is due
+-- at or after @until (none: nothing bounds the claim).
+WITH scan AS MATERIALIZED (
+    SELECT r.id, r.tenant, r.channel, r.due_at, r.deadline, r.tz, r.window_open, r.window_close, r.window_days
+      FROM reminders r
+     WHERE r.lazy AND (r.due_at, r.id) > (@after_due::timestamptz, @after_id::bigint)
+       AND r.due_at < @until::timestamptz
+     ORDER BY r.due_at, r.id
+     LIMIT @limit
+), ins AS (
+    INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days)
+    SELECT id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days
+      FROM scan
+     ORDER BY due_at, id
+        ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+), last AS (
+    SELECT due_at, id FROM scan ORDER BY due_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM scan), (SELECT count(*) FROM ins), (SELECT due_at FROM last), (SELECT id FROM last),
+       EXISTS (SELECT 1 FROM reminders r WHERE r.lazy AND r.due_at >= @until::timestamptz);
+
+-- name: PromoterSave
+-- The watermark after a pass (decided by promote.go's afterPass). A
+-- completed sweep's writers become the ones the next sweep waits for
+-- (@prov_wait; NULL keeps them).
+UPDATE nudge_promoter
+   SET final_until = @final_until, prov_until = @prov_until, prov_wait = coalesce(@prov_wait::text[], prov_wait),
+       sweep_until = @sweep_until, sweep_wait = @sweep_wait, sweep_prev_done = @sweep_prev_done,
+       cursor_due = @cursor_due, cursor_id = @cursor_id, passed_at = statement_timestamp(), ahead = @ahead::interval;

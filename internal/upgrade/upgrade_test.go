@@ -29,7 +29,7 @@ import (
 // OldRelease is the commit of the last landed release, whose binaries the
 // rolling upgrade starts from: main when the release was cut. Move it to the
 // new release's commit at each release, once its migrations have landed.
-const OldRelease = "2f23578"
+const OldRelease = "032cd5b"
 
 // commands are the binaries the fleet and the operator use, of either release.
 var commands = []string{"nudgectl", "dispatcher", "sms-worker", "email-worker", "reconciler"}
@@ -232,10 +232,9 @@ func TestRollingUpgrade(t *testing.T) {
 		"NUDGE_LOG_FORMAT=json", "NUDGE_LOG_LEVEL=warn", "NUDGE_LISTEN=",
 	}}
 
-	// 1. The old release's schema and topology, and its intake: release 1
+	// 1. The old release's schema and topology, and its intake: release 2
 	// of the narrow-state layout after its own rollout (its after-rollout
-	// step, 35, applied: no state mirror, the wide row's state columns
-	// stale but still there).
+	// step, 37, applied: the wide row without its state columns).
 	f.ctl("old", "migrate", "--declare-topology", "--after-rollout")
 	t0 := time.Now().Add(2 * time.Second) // the fleet starts at t0
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
@@ -262,15 +261,19 @@ func TestRollingUpgrade(t *testing.T) {
 	// 2. This tree's migrations under the running old fleet; intake from
 	// both releases' tools onto the new schema.
 	sleepUntil(8 * time.Second)
+	// Schema 38 (the due-ordered store's column, index, watermark and
+	// setting, lazy intake off) among what it applies; nothing of this
+	// release waits for the rollout.
 	migrated := f.ctl("new", "migrate", "--declare-topology")
-	require.Contains(t, migrated, "waiting for the rollout: 0037_drop_wide_state_columns.after-rollout",
-		"the wide row's state columns stay while the old release runs")
+	require.Regexp(t, `applied migrations \[(\d+ )*38( \d+)*\]`, migrated)
+	require.NotContains(t, migrated, "waiting for the rollout")
 	add("new", stream("new", 300, at(10*time.Second), at(45*time.Second)))
 	add("old", stream("old-late", 200, at(10*time.Second), at(45*time.Second)))
 
-	// 3. The claimers roll as a group, as docs/deploy.md gives it (no
-	// mirror since 35, so both releases' claimers write reminder_state
-	// alone; the group roll is kept as the documented order). Every old
+	// 3. The claimers roll as a group, as docs/deploy.md gives it (both
+	// releases' claimers write reminder_state alone, and with lazy intake
+	// off every reminder has its state row; the group roll is kept as the
+	// documented order). Every old
 	// claimer stops as a rollout stops it (SIGTERM, drained), then every
 	// new one starts; reminders coming due wait in between. Intake and
 	// nudgectl of both releases go on throughout.
@@ -287,11 +290,11 @@ func TestRollingUpgrade(t *testing.T) {
 	f.ctl("old", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-old2-", "--reason", "upgrade test: old nudgectl, new schema")
 
 	// 4. No binary of the old release left (its nudgectl's last cancel is
-	// done): the after-rollout step (37) drops the wide row's state columns
-	// under the running new fleet, which goes on scheduling, canceling and
-	// delivering.
+	// done): no after-rollout step waits in this release (turning lazy
+	// intake on is a later one), so --after-rollout has nothing to apply;
+	// the new fleet goes on scheduling, canceling and delivering.
 	sleepUntil(28 * time.Second)
-	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [37]")
+	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "schema is up to date")
 	add("new", stream("after", 150, at(30*time.Second), at(45*time.Second)))
 	add("new", toCancel("cancel-after", 20, at(40*time.Second), at(47*time.Second)))
 	sleepUntil(34 * time.Second)

@@ -48,19 +48,26 @@ WITH raw AS MATERIALIZED (
     SELECT input.*, min(ord) FILTER (WHERE invalid IS NULL) OVER (PARTITION BY tenant, key) AS first_ord
       FROM input
 ), ins AS (
+    -- lazy (schema 38): with lazy intake on (nudge_lazy_intake's horizon,
+    -- NULL is off), a reminder due at least the horizon after
+    -- clock_timestamp() gets no state row here; the promoter inserts it
+    -- before it is due. The clock is read inside this INSERT, after its lock
+    -- on reminders: the promoter's race argument (internal/store Promote).
     INSERT INTO reminders AS t (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                                tz, window_open, window_close, window_days)
+                                tz, window_open, window_close, window_days, lazy)
     SELECT tenant, key, channel, recipient, template, data, due_at, deadline, nudge_idempotency_key(tenant, key),
-           tz, window_open, window_close, window_days
+           tz, window_open, window_close, window_days,
+           coalesce(due_at >= clock_timestamp() + (SELECT l.horizon FROM nudge_lazy_intake l), false)
       FROM ranked
      WHERE invalid IS NULL AND ord = first_ord
      ORDER BY ord
         ON CONFLICT ON CONSTRAINT reminders_logical_key DO NOTHING
     RETURNING t.id, t.tenant, t.key, t.channel, t.recipient, t.template, t.data, t.due_at, t.deadline, t.tz,
-              t.window_open, t.window_close, t.window_days
+              t.window_open, t.window_close, t.window_days, t.lazy
 ), state AS (
     INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days)
-    SELECT id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days FROM ins ORDER BY id
+    SELECT id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days
+      FROM ins WHERE NOT lazy ORDER BY id
         ON CONFLICT (id) DO NOTHING
 ), events AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)

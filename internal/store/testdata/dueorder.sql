@@ -67,7 +67,10 @@ SELECT r.id, r.tenant, r.channel, r.due_at, r.deadline, r.tz, r.window_open, r.w
 
 -- name: DueOrderIndex
 -- The due-ordered store of the reminders without a state row: what the
--- promoter reads, index-only once the visibility map is set.
+-- promoter reads, index-only once the visibility map is set. The prototype's
+-- lazy intake (a trigger) leaves reminders.lazy false, so it replaces schema
+-- 38's partial index (WHERE lazy) with the unfiltered one it measured.
+DROP INDEX IF EXISTS reminders_due_order;
 CREATE INDEX reminders_due_order ON reminders (due_at)
     INCLUDE (id, tenant, channel, deadline, tz, window_open, window_close, window_days);
 
@@ -136,67 +139,10 @@ SELECT r.id, r.tenant, r.channel, 'delivered', 2, r.due_at, r.deadline, r.tz, r.
  WHERE r.due_at > @now::timestamptz
  ORDER BY r.due_at;
 
--- name: PromoterTable
--- The promoter's watermark (one row). Below final_until every committed
--- reminder has its state row. [final_until, prov_until) was scanned, but a
--- pass's snapshot may have missed a reminder whose intake was in progress:
--- prov_wait are the transactions that were writing reminders just before
--- the last pass's snapshot (IntakeInFlight). Every pass scans from
--- final_until, so the provisional range again, and final_until moves to
--- prov_until only after a pass whose snapshot was taken once none of them
--- was in progress any more (it saw what they committed). A transaction
--- that first wrote reminders after IntakeInFlight read cannot hold a lazy
--- reminder due in the range: intake leaves a state row out only for a
--- reminder due at least 2H after its own clock_timestamp(), and a pass's
--- range ends at most H after the read. Only those writers are waited for,
--- not every transaction of the cluster (a snapshot's xip list holds those
--- of every database: a bulk load elsewhere would hold the watermark).
-CREATE TABLE dueorder_promoter (final_until timestamptz NOT NULL, prov_until timestamptz, prov_wait xid[]);
-
--- name: PromoterStart
-INSERT INTO dueorder_promoter (final_until) VALUES (@at);
-
--- name: IntakeInFlight
--- A pass's first statement, before PromoteStep (which takes its snapshot
--- after it): it locks the watermark row (passes serialize), and returns the
--- transactions writing reminders now (a row lock on the table, and each
--- one's transaction id from the ExclusiveLock it holds on it; pg_locks
--- needs no privilege), and whether the last pass's writers are all done.
-SELECT coalesce((SELECT array_agg(DISTINCT t.transactionid::text)
-                   FROM pg_locks r
-                   JOIN pg_locks t ON t.pid = r.pid AND t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock'
-                  WHERE r.locktype = 'relation' AND r.relation = 'reminders'::regclass
-                    AND r.mode = 'RowExclusiveLock' AND r.granted AND t.pid <> pg_backend_pid()), '{}'),
-       p.prov_until IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM pg_locks l
-                        WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock'
-                          AND l.transactionid = ANY(p.prov_wait))
-  FROM dueorder_promoter p
-   FOR UPDATE;
-
--- name: PromoteStep
--- One pass up to @until (at most H after IntakeInFlight): the state rows of
--- [final_until, @until), then the watermark: final_until moves to the last
--- pass's end when that pass's writers were @done before this snapshot, and
--- this pass's writers (@wait) are kept. Returns the state rows it inserted
--- and the final watermark.
-WITH ins AS (
-    INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days)
-    SELECT r.id, r.tenant, r.channel, r.due_at, r.deadline, r.tz, r.window_open, r.window_close, r.window_days
-      FROM reminders r, dueorder_promoter p
-     WHERE r.due_at >= p.final_until AND r.due_at < @until::timestamptz
-     ORDER BY r.due_at
-        ON CONFLICT (id) DO NOTHING
-    RETURNING 1
-)
-UPDATE dueorder_promoter p
-   SET final_until = CASE WHEN @done::boolean THEN p.prov_until ELSE p.final_until END,
-       prov_until = @until::timestamptz, prov_wait = @wait::text[]::xid[]
-RETURNING (SELECT count(*) FROM ins), p.final_until;
-
 -- name: LostBelowWatermark
--- The invariant: no committed reminder due below the final watermark
--- without its state row.
-SELECT count(*) FROM reminders r, dueorder_promoter p
+-- The promoter's invariant (schema 38's nudge_promoter, internal/store
+-- Promote; the prototype's race promoter became those statements): no
+-- committed reminder due below the final watermark without its state row.
+SELECT count(*) FROM reminders r, nudge_promoter p
  WHERE r.due_at < p.final_until
    AND NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = r.id);
