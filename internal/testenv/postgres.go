@@ -120,3 +120,19 @@ func RandomID() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Unpromote deletes the state rows of the reminders ids, leaving their
+// wide rows: each is then as a reminder due far ahead is before the
+// promoter inserts its state row (schema 39, issue 18's due-ordered store),
+// pending with its intent as recorded. It fails the test unless every id
+// had a state row.
+func (db *DB) Unpromote(tb testing.TB, ids ...int64) {
+	tb.Helper()
+	tag, err := db.Pool.Exec(context.Background(), `DELETE FROM reminder_state WHERE id = ANY($1)`, ids)
+	if err != nil {
+		tb.Fatalf("deleting the state rows of %v: %v", ids, err)
+	}
+	if tag.RowsAffected() != int64(len(ids)) {
+		tb.Fatalf("deleting the state rows of %v: %d deleted", ids, tag.RowsAffected())
+	}
+}
