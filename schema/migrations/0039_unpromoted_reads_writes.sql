@@ -33,8 +33,12 @@
 --   internal/metrics' gauges add it to the pending ones. It is an anti-join
 --   over reminders' rows due by p_due_by. Reminders have no index of due_at
 --   since 35, so until the due-order index (reminders_due_order, slice 1)
---   exists and this function is re-created to read it (with the promoter's
---   final watermark as its lower bound), it reads the whole wide table.
+--   exists and this function is re-created to read it, it reads the whole
+--   wide table. Slice 1's schema (reminders.lazy, reminders_due_order ON
+--   reminders (due_at, id) WHERE lazy, nudge_promoter.final_until: below it
+--   every committed lazy reminder has its state row) bounds it by the
+--   promoter's lag: WHERE r.lazy AND r.due_at >= (SELECT p.final_until FROM
+--   nudge_promoter p) AND r.due_at <= p_due_by AND NOT EXISTS (...).
 --
 -- The reminder_timeline view needs no change: a reminder's events are
 -- reminder_events' (the 'scheduled' one is written at intake), and the
