@@ -125,10 +125,11 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 	require.NotContains(t, applied, 35)
 	waiting, err := schema.Waiting(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Len(t, waiting, 3, "the regular migration after the step waits for it")
+	require.GreaterOrEqual(t, len(waiting), 4, "the regular migrations after the step wait for it")
 	require.Equal(t, 35, waiting[0].Version)
 	require.Equal(t, 36, waiting[1].Version)
 	require.Equal(t, 37, waiting[2].Version)
+	require.Equal(t, 39, waiting[len(waiting)-1].Version)
 
 	triggers := func() []string {
 		rows, err := db.Pool.Query(ctx, `SELECT tgname::text FROM pg_trigger
@@ -163,7 +164,8 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 
 	applied, err = schema.MigrateAfterRollout(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Equal(t, []int{35, 36, 37}, applied)
+	require.Equal(t, []int{35, 36, 37}, applied[:3])
+	require.Equal(t, 39, applied[len(applied)-1], "and the regular ones after the steps")
 	waiting, err = schema.Waiting(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Empty(t, waiting)

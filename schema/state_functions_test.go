@@ -3,12 +3,14 @@ package schema_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/schema"
 )
@@ -212,22 +214,56 @@ func TestStateFunctionsUseReminderState(t *testing.T) {
 // left them.
 func TestStateFunctionsKeepTheirContract(t *testing.T) {
 	t.Parallel()
+	before, after := contractAround(t, 34, schema.Migrate)
+	require.Equal(t, before, after)
+}
+
+// Schema version 39 replaces functions in place the same way (and adds
+// nudge_materialize and nudge_unpromoted_due): every other function keeps
+// its contract as the versions before left it.
+func TestUnpromotedFunctionsKeepTheirContract(t *testing.T) {
+	t.Parallel()
+	before, after := contractAround(t, 39, schema.MigrateAfterRollout)
+	var kept []string
+	for _, c := range after {
+		if !strings.HasPrefix(c, "nudge_materialize(") && !strings.HasPrefix(c, "nudge_unpromoted_due(") {
+			kept = append(kept, c)
+		}
+	}
+	require.Equal(t, before, kept)
+}
+
+// contractAround migrates a new schema with every migration but version
+// (recorded as applied, migrate skips it), then with it alone, and returns
+// functionContract before and after it.
+func contractAround(t *testing.T, version int, migrate func(context.Context, pg.Beginner) ([]int, error)) (before, after []string) {
+	t.Helper()
 	ctx := context.Background()
 	db := testenv.EmptyPostgres(t)
-	exec := func(sql string) {
+	exec := func(sql string, args ...any) {
 		t.Helper()
-		_, err := db.Pool.Exec(ctx, sql)
+		_, err := db.Pool.Exec(ctx, sql, args...)
 		require.NoError(t, err, sql)
 	}
-	// Every migration but 34 first: recorded as applied, Migrate skips it.
 	exec(`CREATE TABLE nudge_migrations (version integer PRIMARY KEY, name text NOT NULL,
 	                                     applied_at timestamptz NOT NULL DEFAULT now())`)
-	exec(`INSERT INTO nudge_migrations (version, name) VALUES (34, 'state_functions')`)
-	_, err := schema.Migrate(ctx, db.Pool)
+	exec(`INSERT INTO nudge_migrations (version, name) VALUES ($1, 'skipped')`, version)
+	_, err := migrate(ctx, db.Pool)
 	require.NoError(t, err)
-	contract := func() []string {
-		t.Helper()
-		rows, err := db.Pool.Query(ctx, `
+	before = functionContract(t, db)
+	exec(`DELETE FROM nudge_migrations WHERE version = $1`, version)
+	applied, err := migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{version}, applied)
+	return before, functionContract(t, db)
+}
+
+// functionContract describes every function of db's schema (signature,
+// result, volatility, security, settings, grants) and every view (grants,
+// options, columns).
+func functionContract(t *testing.T, db *testenv.DB) []string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
 			SELECT concat_ws(' | ', p.oid::regprocedure::text, pg_get_function_arguments(p.oid),
 			                 pg_get_function_result(p.oid), p.provolatile, p.prosecdef, p.proconfig::text,
 			                 p.proacl::text)
@@ -239,15 +275,8 @@ func TestStateFunctionsKeepTheirContract(t *testing.T) {
 			                    FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0))
 			  FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'v'
 			ORDER BY 1`)
-		require.NoError(t, err)
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return out
-	}
-	before := contract()
-	exec(`DELETE FROM nudge_migrations WHERE version = 34`)
-	applied, err := schema.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Equal(t, []int{34}, applied)
-	require.Equal(t, before, contract())
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return out
 }

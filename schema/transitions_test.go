@@ -720,8 +720,12 @@ var writesReminders = regexp.MustCompile(`(?i)\b(update|insert\s+into|delete\s+f
 // only to copy one table's state columns to the other (the mirror triggers
 // of migration 32 and the backfill before 33): they make no transition of
 // their own, the statement that fired them does, and that statement is
-// checked. schema/state_mirror_test.go checks the copies.
+// checked. schema/state_mirror_test.go checks the copies. nudge_materialize
+// (39) copies a reminder's intent from its wide row to the state row it
+// lacks: pending before (no row reads as pending) and after, no event; the
+// writes that call it are checked, and schema/unpromoted_test.go checks it.
 var copiesState = map[string]bool{
+	migrationsFile + ": nudge_materialize":           true,
 	migrationsFile + ": nudge_state_mirror_inserted": true,
 	migrationsFile + ": nudge_state_mirror_updated":  true,
 	migrationsFile + ": nudge_state_mirror_back":     true,
@@ -732,8 +736,11 @@ var copiesState = map[string]bool{
 var createFunction = regexp.MustCompile(`(?is)CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(.*?\$\$(.*?)\$\$`)
 
 // goFixtures are Go files allowed to write reminders directly: test helpers
-// that insert rows in any state.
-var goFixtures = map[string]bool{"internal/ops/opstest/opstest.go": true}
+// that insert rows in any state, or delete state rows (testenv's Unpromote).
+var goFixtures = map[string]bool{
+	"internal/ops/opstest/opstest.go": true,
+	"internal/testenv/postgres.go":    true,
+}
 
 // writingStatements finds every statement of the module that writes
 // reminders: named statements of .sql files, and SQL functions of the

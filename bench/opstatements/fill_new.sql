@@ -1,7 +1,7 @@
 INSERT INTO reminders (id, tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                       updated_at, created_at)
+                       created_at)
 OVERRIDING SYSTEM VALUE SELECT i, tenant, key, channel, 'u' || i || '@example.com', 'course-expiry', '{"course": "Go 101"}'::jsonb, due_at,
-       due_at + interval '2 days', 'nudge-' || lpad(to_hex(i), 64, '0'), due_at - interval '1 day', due_at - interval '1 day'
+       due_at + interval '2 days', 'nudge-' || lpad(to_hex(i), 64, '0'), due_at - interval '1 day'
   FROM gen;
 INSERT INTO reminder_state (id, tenant, channel, state, fence, due_at, deadline, attempts, finished_at, updated_at, reason,
                             lease_until, enqueued_at, next_attempt_at)

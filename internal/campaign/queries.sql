@@ -170,16 +170,29 @@ SELECT c.id, c.tenant, c.name, c.source, c.channel, c.state, c.slice_size,
 -- reminders a slice at a time, so their ids come in runs of consecutive
 -- values (id - row_number() is constant along a run): each run is read from
 -- reminder_state as one range of its primary key, not one probe per
--- reminder (a range holds only its run's ids). As nudge_campaign_status
--- since schema 36.
-SELECT s.state, count(*)
-  FROM (SELECT min(k.id) AS lo, max(k.id) AS hi
-          FROM (SELECT r.id, r.id - row_number() OVER (ORDER BY r.id) AS run
-                  FROM reminders r
-                 WHERE r.tenant = $1 AND r.key LIKE 'campaign:%' AND r.key ~>=~ $2 AND r.key ~<~ $3) k
-         GROUP BY k.run) runs
-  JOIN LATERAL (SELECT s.state FROM reminder_state s WHERE s.id BETWEEN runs.lo AND runs.hi) s ON true
- GROUP BY s.state;
+-- reminder (a range holds only its run's ids). A run [lo, hi] holds
+-- hi - lo + 1 of the campaign's reminders: those its range of reminder_state
+-- lacks have no state row yet (due far ahead: the promoter inserts it) and
+-- are pending. As nudge_campaign_status since schema 39.
+WITH runs AS MATERIALIZED (
+    SELECT min(k.id) AS lo, max(k.id) AS hi
+      FROM (SELECT r.id, r.id - row_number() OVER (ORDER BY r.id) AS run
+              FROM reminders r
+             WHERE r.tenant = $1 AND r.key LIKE 'campaign:%' AND r.key ~>=~ $2 AND r.key ~<~ $3) k
+     GROUP BY k.run
+), promoted AS MATERIALIZED (
+    SELECT s.state, count(*) AS n
+      FROM runs
+      JOIN LATERAL (SELECT s.state FROM reminder_state s WHERE s.id BETWEEN runs.lo AND runs.hi) s ON true
+     GROUP BY s.state
+)
+SELECT t.state, sum(t.n)::bigint
+  FROM (SELECT p.state, p.n FROM promoted p
+        UNION ALL
+        SELECT 'pending', (SELECT coalesce(sum(runs.hi - runs.lo + 1), 0) FROM runs)
+                          - (SELECT coalesce(sum(p.n), 0) FROM promoted p)) t
+ GROUP BY t.state
+HAVING sum(t.n) > 0;
 
 -- name: RemainingEstimate
 -- The remainder without reading the source: its row count as PostgreSQL

@@ -639,7 +639,8 @@ func TestMigrate(t *testing.T) {
 	u.RawQuery = q.Encode()
 
 	waiting := "waiting for the rollout: 0035_drop_state_mirror.after-rollout, " +
-		"0036_operator_statements, 0037_drop_wide_state_columns.after-rollout; once no binary of the previous " +
+		"0036_operator_statements, 0037_drop_wide_state_columns.after-rollout, 0039_unpromoted_reads_writes; " +
+		"once no binary of the previous " +
 		"release runs, run nudgectl migrate --after-rollout\n"
 	first := runCtl(t, u.String(), nil, "migrate")
 	require.NoError(t, first.err)
@@ -653,7 +654,7 @@ func TestMigrate(t *testing.T) {
 
 	after := runCtl(t, u.String(), nil, "migrate", "--after-rollout")
 	require.NoError(t, after.err)
-	require.Equal(t, "applied migrations [35 36 37]\n", after.stdout)
+	require.Equal(t, "applied migrations [35 36 37 39]\n", after.stdout)
 
 	again := runCtl(t, u.String(), nil, "migrate")
 	require.NoError(t, again.err)

@@ -416,3 +416,32 @@ func TestDBCollectorPromoterGauges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 300.0, values(t, reg)["nudge_promoter_lag_seconds"], "the sweep's cursor is farther")
 }
+
+// A reminder due by now without its state row (the due-ordered store's
+// promoter has not inserted it: schema 39) is pending: it is the oldest due
+// reminder, past its deadline it is owed an expiry, and it is counted with
+// the due pending ones; one due later is not.
+func TestDBCollectorCountsUnpromoted(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewDBCollector(db.Pool, clock.NewFake(now)))
+	ins := func(r opstest.Row) int64 { return opstest.Insert(t, db.Pool, r) }
+	ins(opstest.Row{Key: "due", DueAt: now.Add(-30 * time.Second)})
+	lagging := ins(opstest.Row{Key: "lagging", DueAt: now.Add(-10 * time.Minute), Deadline: now.Add(-3 * time.Minute)})
+	sms := ins(opstest.Row{Key: "sms", DueAt: now.Add(-time.Minute), Channel: reminder.SMS})
+	later := ins(opstest.Row{Key: "later", DueAt: now.Add(24 * time.Hour)})
+	db.Unpromote(t, lagging, sms, later)
+
+	vs := values(t, reg)
+	for k, want := range map[string]float64{
+		"nudge_oldest_due_age_seconds":                          600,
+		"nudge_reconcile_lag_seconds":                           180,
+		`nudge_open_reminders{channel="email",state="pending"}`: 2,
+		`nudge_open_reminders{channel="sms",state="pending"}`:   1,
+	} {
+		require.Contains(t, vs, k)
+		require.Equal(t, want, vs[k], k)
+	}
+}

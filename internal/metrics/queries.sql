@@ -19,17 +19,30 @@
 -- reminder_state's once that table has been vacuumed or analyzed, and until
 -- then that of reminders' own pending-due index (while it exists: the
 -- release that drops the state columns of reminders drops it too).
-SELECT (SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
+-- A reminder due by @now without a state row yet (the promoter inserts it,
+-- schema 39) is pending: nudge_unpromoted_due adds it to the oldest due
+-- reminder, the oldest open deadline and the pending counts, so a lagging
+-- promoter shows as age, the first alert.
+WITH unpromoted AS MATERIALIZED (
+    SELECT u.channel, u.n, u.oldest, u.oldest_deadline FROM nudge_unpromoted_due(@now) u
+)
+SELECT least((SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
+             (SELECT min(oldest) FROM unpromoted)),
        (SELECT min(enqueued_at) FROM reminder_state WHERE state = 'enqueued'),
-       (SELECT min(deadline) FROM reminder_state
-         WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+       least((SELECT min(deadline) FROM reminder_state
+               WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+             (SELECT min(oldest_deadline) FROM unpromoted)),
        (SELECT min(lease_until) FROM reminder_state
          WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now),
        (SELECT cutoff FROM dispatch_runs WHERE error IS NULL AND NOT out_of_budget
          ORDER BY finished_at DESC LIMIT 1),
        (SELECT coalesce(jsonb_object_agg(channel || '/' || state, n), '{}'::jsonb)
-          FROM (SELECT channel, 'pending' AS state, count(*) AS n FROM reminder_state
-                 WHERE state = 'pending' AND due_at <= @now
+          FROM (SELECT p.channel, 'pending' AS state, sum(p.n)::bigint AS n
+                  FROM (SELECT channel, count(*) AS n FROM reminder_state
+                         WHERE state = 'pending' AND due_at <= @now
+                         GROUP BY 1
+                        UNION ALL
+                        SELECT channel, n FROM unpromoted) p
                  GROUP BY 1
                 UNION ALL
                 SELECT channel, state, count(*) FROM reminder_state

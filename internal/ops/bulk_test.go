@@ -28,7 +28,15 @@ func audits(t *testing.T, db *testenv.DB, action string, id int64) int {
 
 func TestBulkCancel(t *testing.T) {
 	t.Parallel()
-	b := setupList(t)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			testBulkCancel(t, setupListOf(t, l.unpromoted))
+		})
+	}
+}
+
+func testBulkCancel(t *testing.T, b *listBundle) {
 	ctx := context.Background()
 	f := ops.Filter{KeyPrefix: "renewal-"}
 
@@ -63,7 +71,15 @@ func TestBulkCancel(t *testing.T) {
 
 func TestBulkReplayAndExpire(t *testing.T) {
 	t.Parallel()
-	b := setupList(t)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			testBulkReplayAndExpire(t, setupListOf(t, l.unpromoted))
+		})
+	}
+}
+
+func testBulkReplayAndExpire(t *testing.T, b *listBundle) {
 	ctx := context.Background()
 	f := ops.Filter{States: []reminder.State{reminder.Failed, reminder.Quarantined, reminder.Pending}}
 

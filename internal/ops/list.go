@@ -60,6 +60,13 @@ func (f Filter) Empty() bool {
 		f.DueFrom == nil && f.DueTo == nil && f.DeadlineFrom == nil && f.DeadlineTo == nil && !f.Late && f.Reason == ""
 }
 
+// IncludesPending reports whether f may select pending reminders, among
+// them those without a state row yet (due far ahead: the promoter inserts
+// it), which only a walk of reminders finds.
+func (f Filter) IncludesPending() bool {
+	return len(f.States) == 0 || slices.Contains(f.States, reminder.Pending)
+}
+
 func (f Filter) args(now time.Time, before int64, limit int) pgx.NamedArgs {
 	ids := f.IDs
 	if ids == nil {
@@ -186,7 +193,11 @@ func CountOf(ctx context.Context, q pg.Querier, now time.Time, f Filter) (Count,
 // SelectIDs returns the IDs f selects below the cursor before (0: from the
 // newest), newest first, at most limit of them.
 func SelectIDs(ctx context.Context, q pg.Querier, now time.Time, f Filter, before int64, limit int) ([]int64, error) {
-	rows, err := q.Query(ctx, query("ListIDs"), f.args(now, before, limit))
+	name := "ListIDs"
+	if f.IncludesPending() {
+		name = "ListIDsAll"
+	}
+	rows, err := q.Query(ctx, query(name), f.args(now, before, limit))
 	if err != nil {
 		return nil, fmt.Errorf("selecting reminders: %w", err)
 	}

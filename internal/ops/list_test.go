@@ -23,6 +23,22 @@ type listBundle struct {
 // setupList inserts reminders that differ in one property each.
 func setupList(t *testing.T) *listBundle {
 	t.Helper()
+	return setupListOf(t, false)
+}
+
+// layouts names the two ways a pending reminder can be stored: with its
+// state row, and without one yet (due far ahead: the due-ordered store's
+// promoter inserts it shortly before it is due, schema 39).
+var layouts = []struct {
+	name       string
+	unpromoted bool
+}{{"promoted", false}, {"unpromoted", true}}
+
+// setupListOf is setupList, the pending reminders (renewal-1, course-1)
+// without their state rows when unpromoted: every read and decision must
+// see the same reminders either way.
+func setupListOf(t *testing.T, unpromoted bool) *listBundle {
+	t.Helper()
 	b := &listBundle{db: testenv.Postgres(t), now: time.Now().UTC(), ids: map[string]int64{}}
 	past, future := b.now.Add(-time.Hour), b.now.Add(time.Hour)
 	for _, r := range []opstest.Row{
@@ -34,6 +50,9 @@ func setupList(t *testing.T) *listBundle {
 		{Key: "course-3", State: reminder.Quarantined, DueAt: past, Fence: 2, Tenant: "globex", Channel: reminder.SMS},
 	} {
 		b.ids[r.Key] = opstest.Insert(t, b.db.Pool, r)
+	}
+	if unpromoted {
+		b.db.Unpromote(t, b.ids["renewal-1"], b.ids["course-1"])
 	}
 	return b
 }
@@ -52,7 +71,15 @@ func (b *listBundle) keys(t *testing.T, f ops.Filter) []string {
 
 func TestListFilters(t *testing.T) {
 	t.Parallel()
-	b := setupList(t)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			testListFilters(t, setupListOf(t, l.unpromoted))
+		})
+	}
+}
+
+func testListFilters(t *testing.T, b *listBundle) {
 	hourAgo, soon, tomorrow := b.now.Add(-90*time.Minute), b.now.Add(-30*time.Minute), b.now.Add(23*time.Hour+30*time.Minute)
 	for _, tc := range []struct {
 		name string
@@ -71,6 +98,9 @@ func TestListFilters(t *testing.T) {
 		{"reason, any case", ops.Filter{Reason: "bad NUMBER"}, []string{"course-2"}},
 		{"IDs", ops.Filter{IDs: []int64{b.ids["renewal-2"], b.ids["course-1"]}}, []string{"course-1", "renewal-2"}},
 		{"a prefix with LIKE wildcards matches literally", ops.Filter{KeyPrefix: "renewal%"}, nil},
+		{"pending", ops.Filter{States: []reminder.State{reminder.Pending}}, []string{"course-1", "renewal-1"}},
+		{"pending and due", ops.Filter{States: []reminder.State{reminder.Pending}, DueTo: &b.now}, []string{"renewal-1"}},
+		{"not pending", ops.Filter{States: []reminder.State{reminder.Enqueued, reminder.Delivered}}, []string{"renewal-3", "renewal-2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, b.keys(t, tc.f))
@@ -80,7 +110,15 @@ func TestListFilters(t *testing.T) {
 
 func TestListPagesWithAKeysetCursor(t *testing.T) {
 	t.Parallel()
-	b := setupList(t)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			testListPages(t, setupListOf(t, l.unpromoted))
+		})
+	}
+}
+
+func testListPages(t *testing.T, b *listBundle) {
 	ctx := context.Background()
 	var got []string
 	var p ops.Page

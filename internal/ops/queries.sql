@@ -12,6 +12,13 @@
 -- created_at). A statement that writes state locks state rows only; the
 -- mirror (0032) copies the change to reminders in the same transaction, so
 -- the previous release's readers see it.
+--
+-- A reminder due far ahead may have no state row yet (the promoter inserts
+-- it shortly before it is due, schema 39): it is pending, at fence 0, with
+-- no attempt, its times the wide row's intent as recorded. The statements
+-- that name a reminder read it so (LEFT JOIN), the counts and ages add it
+-- (nudge_unpromoted_due); the decisions that write (Replay, DLQReplay,
+-- DLQExpire) select only states such a reminder is never in.
 
 -- name: Replay
 -- Controlled replay of a window or of chosen IDs, one batch after the id
@@ -64,7 +71,10 @@ SELECT cand.id, cand.old_state,
 
 -- name: ReminderStates
 -- The state of each named reminder, to explain the IDs a replay did not select.
-SELECT id, state FROM reminder_state WHERE id = ANY(@ids::bigint[]);
+SELECT r.id, coalesce(s.state, 'pending')
+  FROM reminders r
+  LEFT JOIN reminder_state s ON s.id = r.id
+ WHERE r.id = ANY(@ids::bigint[]);
 
 -- name: DeadLetterRows
 -- The rows dead letters point at, read when the queue is read.
@@ -139,9 +149,12 @@ SELECT s.id, s.state, s.state, s.fence, @actor, 'dlq_dropped', @reason || ' (' |
   JOIN reminder_state s ON s.id = d.id;
 
 -- name: StatsCounts
--- Counts by channel × state and by tenant × state, in one scan.
-SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), state, count(*)
-  FROM reminder_state
+-- Counts by channel × state and by tenant × state, in one scan of the state
+-- rows, the reminders without one counted as pending.
+SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), state, sum(n)::bigint
+  FROM (SELECT channel, tenant, state, count(*) AS n FROM reminder_state GROUP BY 1, 2, 3
+        UNION ALL
+        SELECT u.channel, u.tenant, 'pending', u.n FROM nudge_unpromoted_due('infinity') u) c
  GROUP BY GROUPING SETS ((channel, state), (tenant, state));
 
 -- name: StatsAges
@@ -150,13 +163,19 @@ SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), s
 -- for a worker), retrying past its next attempt, open past its deadline and
 -- not yet expired, and past a lease (dispatch or send) not yet resolved.
 -- The creation time is the wide row's (reminders' primary key); the rest is
--- reminder_state's.
+-- reminder_state's, and the oldest due and unexpired ones also those of the
+-- reminders due by now without a state row (a lagging promoter shows as age).
+WITH unpromoted AS MATERIALIZED (
+    SELECT min(u.oldest) AS due, min(u.oldest_deadline) AS deadline FROM nudge_unpromoted_due(@now) u
+)
 SELECT (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1),
-       (SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
+       least((SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
+             (SELECT due FROM unpromoted)),
        (SELECT min(enqueued_at) FROM reminder_state WHERE state = 'enqueued'),
        (SELECT min(next_attempt_at) FROM reminder_state WHERE state = 'retrying' AND next_attempt_at <= @now),
-       (SELECT min(deadline) FROM reminder_state
-         WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+       least((SELECT min(deadline) FROM reminder_state
+               WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+             (SELECT deadline FROM unpromoted)),
        (SELECT min(lease_until) FROM reminder_state
          WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now);
 
@@ -233,11 +252,13 @@ SELECT at FROM (
 -- name: PublishOf
 -- A reminder's current dispatch batch and, when the dispatcher recorded it,
 -- that batch's publish confirmation (recorded per batch since schema
--- version 7, so it is not among the reminder's events).
+-- version 7, so it is not among the reminder's events). None for a
+-- reminder without a state row yet.
 SELECT s.dispatch_batch, c.confirmed_at, coalesce(c.actor, '')
-  FROM reminder_state s
+  FROM reminders r
+  LEFT JOIN reminder_state s ON s.id = r.id
   LEFT JOIN publish_confirms c ON c.batch = s.dispatch_batch
- WHERE s.id = @id;
+ WHERE r.id = @id;
 
 -- name: ListIDs
 -- The IDs of the reminders a filter selects, newest first, after the keyset
@@ -247,7 +268,9 @@ SELECT s.dispatch_batch, c.confirmed_at, coalesce(c.actor, '')
 -- and not terminal. The reason matches the row's reason or last error.
 -- A walk of reminder_state's primary key, backwards; the key, which only the
 -- wide row has, is read from it (by primary key) only when a key prefix is
--- asked for.
+-- asked for. Only for a filter that excludes pending (ops.Filter's
+-- IncludesPending): a reminder without a state row is pending, and
+-- ListIDsAll finds it.
 SELECT s.id
   FROM reminder_state s
  WHERE (@before::bigint = 0 OR s.id < @before::bigint)
@@ -268,16 +291,44 @@ SELECT s.id
  ORDER BY s.id DESC
  LIMIT @limit;
 
+-- name: ListIDsAll
+-- ListIDs for a filter that may select pending reminders: a walk of
+-- reminders' primary key, backwards, each one's state row by primary key;
+-- without one it is pending, its times the wide row's.
+SELECT r.id
+  FROM reminders r
+  LEFT JOIN reminder_state s ON s.id = r.id
+ WHERE (@before::bigint = 0 OR r.id < @before::bigint)
+   AND (coalesce(cardinality(@ids::bigint[]), 0) = 0 OR r.id = ANY(@ids::bigint[]))
+   AND (@tenant::text = '' OR r.tenant = @tenant::text)
+   AND (coalesce(cardinality(@states::text[]), 0) = 0 OR coalesce(s.state, 'pending') = ANY(@states::text[]))
+   AND (@channel::text = '' OR r.channel = @channel::text)
+   AND (@key_prefix::text = '' OR left(r.key, length(@key_prefix::text)) = @key_prefix::text)
+   AND (@due_from::timestamptz IS NULL OR coalesce(s.due_at, r.due_at) >= @due_from::timestamptz)
+   AND (@due_to::timestamptz IS NULL OR coalesce(s.due_at, r.due_at) < @due_to::timestamptz)
+   AND (@deadline_from::timestamptz IS NULL OR coalesce(s.deadline, r.deadline) >= @deadline_from::timestamptz)
+   AND (@deadline_to::timestamptz IS NULL OR coalesce(s.deadline, r.deadline) < @deadline_to::timestamptz)
+   AND (NOT @late::boolean
+        OR (coalesce(s.due_at, r.due_at) <= @now
+            AND coalesce(s.state, 'pending') NOT IN ('delivered', 'failed', 'expired', 'canceled')))
+   AND (@reason::text = ''
+        OR strpos(lower(coalesce(s.reason, '') || E'\n' || coalesce(s.last_error, '')), lower(@reason::text)) > 0)
+ ORDER BY r.id DESC
+ LIMIT @limit;
+
 -- name: ListRows
 -- The listed reminders' columns, newest first: the state row's, and the key,
 -- recipient, template and creation time of the wide row (by primary key).
-SELECT s.id, s.tenant, r.key, s.channel, r.recipient, r.template, s.state, s.fence, s.due_at, s.deadline,
-       s.attempts, coalesce(s.reason, ''), coalesce(s.last_error, ''), r.created_at, s.updated_at,
-       s.finished_at, s.purged_at IS NOT NULL, coalesce(s.tz, '')
-  FROM reminder_state s
-  JOIN reminders r ON r.id = s.id
- WHERE s.id = ANY(@ids::bigint[])
- ORDER BY s.id DESC;
+-- Without a state row: pending, fence 0, the wide row's intent.
+SELECT r.id, r.tenant, r.key, r.channel, r.recipient, r.template, coalesce(s.state, 'pending'),
+       coalesce(s.fence, 0), coalesce(s.due_at, r.due_at), coalesce(s.deadline, r.deadline),
+       coalesce(s.attempts, 0), coalesce(s.reason, ''), coalesce(s.last_error, ''), r.created_at,
+       coalesce(s.updated_at, r.created_at), s.finished_at, s.purged_at IS NOT NULL,
+       coalesce(CASE WHEN s.id IS NULL THEN r.tz ELSE s.tz END, '')
+  FROM reminders r
+  LEFT JOIN reminder_state s ON s.id = r.id
+ WHERE r.id = ANY(@ids::bigint[])
+ ORDER BY r.id DESC;
 
 -- name: Attempts
 -- A reminder's delivery attempts, oldest first.

@@ -120,3 +120,27 @@ func RandomID() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Unpromote deletes the state rows of the reminders ids, leaving their
+// wide rows: each is then as a reminder intake left lazy is before the
+// promoter inserts its state row (schemas 38 and 39, issue 18's due-ordered
+// store), pending with its intent as recorded. It marks them lazy and moves
+// the promoter's final watermark back to the earliest of their due times,
+// so the schema's invariant holds (below final_until every lazy reminder has
+// its state row) and the reads that rely on it see them. It fails the test
+// unless every id had a state row.
+func (db *DB) Unpromote(tb testing.TB, ids ...int64) {
+	tb.Helper()
+	ctx := context.Background()
+	tag, err := db.Pool.Exec(ctx, `DELETE FROM reminder_state WHERE id = ANY($1)`, ids)
+	if err != nil {
+		tb.Fatalf("deleting the state rows of %v: %v", ids, err)
+	}
+	if tag.RowsAffected() != int64(len(ids)) {
+		tb.Fatalf("deleting the state rows of %v: %d deleted", ids, tag.RowsAffected())
+	}
+	if _, err := db.Pool.Exec(ctx, `WITH lazy AS (UPDATE reminders SET lazy = true WHERE id = ANY($1) RETURNING due_at)
+		UPDATE nudge_promoter SET final_until = least(final_until, (SELECT min(due_at) FROM lazy))`, ids); err != nil {
+		tb.Fatalf("marking %v lazy: %v", ids, err)
+	}
+}

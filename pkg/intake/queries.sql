@@ -75,7 +75,9 @@ WITH raw AS MATERIALIZED (
 )
 -- The content compared: what intake asked for (a due time the dispatcher
 -- moved to a send window's opening compares as requested), and the zone
--- (absent is UTC) and the window.
+-- (absent is UTC) and the window. An existing reminder without its state
+-- row yet (due far ahead: the promoter inserts it, schema 39) compares with
+-- its wide row's intent as recorded.
 SELECT coalesce(n.id, o.id),
        CASE
            WHEN i.invalid IS NOT NULL THEN 'invalid'
@@ -96,10 +98,14 @@ SELECT coalesce(n.id, o.id),
        i.invalid[1], i.invalid[2]
   FROM ranked i
   LEFT JOIN ins n ON i.invalid IS NULL AND n.tenant = i.tenant AND n.key = i.key
-  LEFT JOIN LATERAL (SELECT r.id, s.channel, r.recipient, r.template, r.data, s.requested_due_at, s.due_at,
-                            s.deadline, s.tz, s.window_open, s.window_close, s.window_days
+  LEFT JOIN LATERAL (SELECT r.id, r.channel, r.recipient, r.template, r.data, s.requested_due_at,
+                            coalesce(s.due_at, r.due_at) AS due_at, coalesce(s.deadline, r.deadline) AS deadline,
+                            CASE WHEN s.id IS NULL THEN r.tz ELSE s.tz END AS tz,
+                            CASE WHEN s.id IS NULL THEN r.window_open ELSE s.window_open END AS window_open,
+                            CASE WHEN s.id IS NULL THEN r.window_close ELSE s.window_close END AS window_close,
+                            CASE WHEN s.id IS NULL THEN r.window_days ELSE s.window_days END AS window_days
                        FROM reminders r
-                       JOIN reminder_state s ON s.id = r.id
+                       LEFT JOIN reminder_state s ON s.id = r.id
                       WHERE i.invalid IS NULL AND n.id IS NULL AND r.tenant = i.tenant AND r.key = i.key
                      OFFSET 0) o ON true
  ORDER BY i.ord;
@@ -126,13 +132,13 @@ SELECT id, key, status, state FROM nudge_cancel_prefix($1, $2, $3, $4, $5);
 -- one's state row by primary key), the enqueued and sending ones among the
 -- work in flight (reminder_state_enqueued, reminder_state_leases; then, for
 -- the tenant's rows only, the wide row's key by primary key; "IS TRUE": by
--- no index of the tenant's keys).
+-- no index of the tenant's keys). A key without a state row yet is pending.
 SELECT count(*) FILTER (WHERE state <> 'sending'), count(*) FILTER (WHERE state = 'sending')
-  FROM (SELECT s.state
+  FROM (SELECT coalesce(s.state, 'pending') AS state
           FROM reminders r
-          JOIN reminder_state s ON s.id = r.id
+          LEFT JOIN reminder_state s ON s.id = r.id
          WHERE r.tenant = $1 AND r.key LIKE nudge_key_prefix_pattern($2)
-           AND s.state IN ('pending', 'leased', 'retrying', 'quarantined')
+           AND coalesce(s.state, 'pending') IN ('pending', 'leased', 'retrying', 'quarantined')
         UNION ALL
         SELECT s.state
           FROM reminder_state s
@@ -152,12 +158,18 @@ SELECT id, key, status, state FROM nudge_reschedule_window($1, $2, $3, $4, $5::t
 -- name: Get
 -- A reminder by id ($1), or else by its logical key ($2, $3), in read.go's
 -- scanReminder order: the wide row's key, payload and creation time, the
--- rest from its state row.
-SELECT r.id, s.tenant, r.key, s.channel, r.recipient, r.template, r.data, s.due_at, s.deadline,
-       r.idempotency_key, s.state, s.fence, s.lease_until, s.attempts, s.next_attempt_at, s.enqueued_at,
-       coalesce(s.last_error, ''), coalesce(s.reason, ''), r.created_at, s.updated_at, s.finished_at,
-       coalesce(s.tz, ''), s.requested_due_at,
-       (extract(epoch FROM s.window_open) / 60)::int, (extract(epoch FROM s.window_close) / 60)::int, s.window_days
+-- rest from its state row. Without a state row yet (due far ahead: the
+-- promoter inserts it, schema 39) it is pending at fence 0 with no attempt,
+-- its times, zone and window the wide row's intent as recorded, last
+-- changed when created.
+SELECT r.id, r.tenant, r.key, r.channel, r.recipient, r.template, r.data, coalesce(s.due_at, r.due_at),
+       coalesce(s.deadline, r.deadline), r.idempotency_key, coalesce(s.state, 'pending'), coalesce(s.fence, 0),
+       s.lease_until, coalesce(s.attempts, 0), s.next_attempt_at, s.enqueued_at,
+       coalesce(s.last_error, ''), coalesce(s.reason, ''), r.created_at, coalesce(s.updated_at, r.created_at),
+       s.finished_at, coalesce(CASE WHEN s.id IS NULL THEN r.tz ELSE s.tz END, ''), s.requested_due_at,
+       (extract(epoch FROM CASE WHEN s.id IS NULL THEN r.window_open ELSE s.window_open END) / 60)::int,
+       (extract(epoch FROM CASE WHEN s.id IS NULL THEN r.window_close ELSE s.window_close END) / 60)::int,
+       CASE WHEN s.id IS NULL THEN r.window_days ELSE s.window_days END
   FROM reminders r
-  JOIN reminder_state s ON s.id = r.id
+  LEFT JOIN reminder_state s ON s.id = r.id
  WHERE r.id = coalesce($1::bigint, (SELECT k.id FROM reminders k WHERE k.tenant = $2::text AND k.key = $3::text));

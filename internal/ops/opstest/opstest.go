@@ -234,13 +234,16 @@ func LastEvent(t testing.TB, db pg.Querier, id int64) Event {
 	return evs[len(evs)-1]
 }
 
-// State returns reminder id's state, fence and attempts.
+// State returns reminder id's state, fence and attempts, as operators see
+// them: without a state row yet (schema 39) it is pending at fence 0.
 func State(t testing.TB, db pg.Querier, id int64) (reminder.State, int64, int) {
 	t.Helper()
 	var s reminder.State
 	var fence int64
 	var attempts int
-	require.NoError(t, db.QueryRow(context.Background(), `SELECT state, fence, attempts FROM reminder_state WHERE id = $1`, id).
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT coalesce(s.state, 'pending'), coalesce(s.fence, 0),
+			coalesce(s.attempts, 0)
+		  FROM reminders r LEFT JOIN reminder_state s ON s.id = r.id WHERE r.id = $1`, id).
 		Scan(&s, &fence, &attempts))
 	return s, fence, attempts
 }
