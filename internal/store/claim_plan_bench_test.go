@@ -18,9 +18,12 @@ import (
 // Two tables: "fresh", the backlog analyzed after its intake (the
 // statistics know it), and "quiet", TestClaimPlanAfterAQuietSpell's
 // (20,000 delivered, analyzed with none pending, then the backlog).
-// Every claim runs under EXPLAIN (ANALYZE, BUFFERS) and commits; it reports the first claim's and the drain's milliseconds per
-// claim (median and range over the rounds), shared buffers per claimed
-// row, and rows read from the partial indexes per claimed row.
+// Every claim runs under EXPLAIN (ANALYZE, BUFFERS) and commits. It
+// reports, median and range over the rounds: the first claim's and the
+// drain's milliseconds per claim (EXPLAIN's execution time), the backend's
+// CPU time per claim (/proc schedstat, less moved by the machine's load
+// than wall time), shared buffers per claimed row, and rows read from the
+// partial indexes per claimed row.
 //
 //	go test ./internal/store -run '^$' -bench ClaimPlan -benchtime 1x -v
 //	# env: NUDGE_BENCH_ROUNDS (default 3)
@@ -38,7 +41,7 @@ func BenchmarkClaimPlan(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	type result struct{ first, perClaim, buffers, fromIndexes []float64 }
+	type result struct{ first, perClaim, cpu, buffers, fromIndexes []float64 }
 	results := map[string]*result{}
 	for range b.N {
 		db := testenv.Postgres(b)
@@ -54,10 +57,13 @@ func BenchmarkClaimPlan(b *testing.B) {
 				for _, st := range order {
 					now := time.Now()
 					quietSpell(b, db, table.delivered, 10000, now)
-					var ms, buffers, fromIndexes []float64
+					var ms, cpu, buffers, fromIndexes []float64
 					claimed := 0.0
+					conn, pid := backend(b, db)
 					for claimed < 10000 {
-						plan := explainClaimSQL(b, db, st.sql, now)
+						cpu0 := onCPU(pid)
+						plan := explainClaimSQL(b, conn, st.sql, now)
+						cpu = append(cpu, float64(onCPU(pid)-cpu0)/1e6)
 						if plan.Plan.Rows == 0 {
 							b.Fatalf("%s on %s: claimed nothing after %.0f", st.name, table.name, claimed)
 						}
@@ -66,6 +72,7 @@ func BenchmarkClaimPlan(b *testing.B) {
 						buffers = append(buffers, float64(plan.Plan.Hit+plan.Plan.Read))
 						fromIndexes = append(fromIndexes, fromPartialIndexes(plan.Plan))
 					}
+					conn.Release()
 					sum := func(xs []float64) (s float64) {
 						for _, x := range xs {
 							s += x
@@ -80,6 +87,7 @@ func BenchmarkClaimPlan(b *testing.B) {
 					}
 					r.first = append(r.first, ms[0])
 					r.perClaim = append(r.perClaim, sum(ms)/float64(len(ms)))
+					r.cpu = append(r.cpu, sum(cpu)/float64(len(cpu)))
 					r.buffers = append(r.buffers, sum(buffers)/claimed)
 					r.fromIndexes = append(r.fromIndexes, sum(fromIndexes)/claimed)
 				}
@@ -97,9 +105,9 @@ func BenchmarkClaimPlan(b *testing.B) {
 	})
 	for _, k := range keys {
 		r := results[k]
-		fmt.Fprintf(&sb, "%-20s first claim %6.1f ms (%.1f–%.1f) | ms per claim %6.1f (%.1f–%.1f) | buffers per row %5.1f (%.1f–%.1f)"+
-			" | partial-index rows per row %6.2f\n", k, median(r.first), slices.Min(r.first), slices.Max(r.first),
-			median(r.perClaim), slices.Min(r.perClaim), slices.Max(r.perClaim),
+		fmt.Fprintf(&sb, "%-20s first claim %6.1f ms (%.1f–%.1f) | ms per claim %6.1f (%.1f–%.1f) | backend CPU ms per claim %6.1f (%.1f–%.1f)"+
+			" | buffers per row %5.1f (%.1f–%.1f) | partial-index rows per row %6.2f\n", k, median(r.first), slices.Min(r.first), slices.Max(r.first),
+			median(r.perClaim), slices.Min(r.perClaim), slices.Max(r.perClaim), median(r.cpu), slices.Min(r.cpu), slices.Max(r.cpu),
 			median(r.buffers), slices.Min(r.buffers), slices.Max(r.buffers), median(r.fromIndexes))
 	}
 	b.Log(sb.String())

@@ -116,13 +116,18 @@ func claimArgs(now time.Time) pgx.NamedArgs {
 	return pgx.NamedArgs{"now": now, "cutoff": now, "limit": 500, "lease_until": now.Add(time.Minute), "actor": "d"}
 }
 
+// rowQuerier is a pool or one of its connections.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // explainClaimSQL runs sql (a ClaimDue) under EXPLAIN (ANALYZE, BUFFERS):
 // it executes and commits. It returns the plan's top node, whose rows are
 // the rows claimed and whose buffers count the whole statement's.
-func explainClaimSQL(tb testing.TB, db *testenv.DB, sql string, now time.Time) explained {
+func explainClaimSQL(tb testing.TB, db rowQuerier, sql string, now time.Time) explained {
 	tb.Helper()
 	var raw []byte
-	if err := db.Pool.QueryRow(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, claimArgs(now)).Scan(&raw); err != nil {
+	if err := db.QueryRow(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, claimArgs(now)).Scan(&raw); err != nil {
 		tb.Fatal(err)
 	}
 	var out []explained
@@ -180,7 +185,7 @@ func TestClaimPlanAfterAQuietSpell(t *testing.T) {
 	// tenants' probes, a row each). Schema 39's plan read all 10,000
 	// pending rows out of unsent_deadline for every probe and for each
 	// tenant's picks, and sorted them: 90 rows per row claimed.
-	plan := explainClaimSQL(t, db, query("ClaimDue"), now).Plan
+	plan := explainClaimSQL(t, db.Pool, query("ClaimDue"), now).Plan
 	require.EqualValues(t, 500, plan.Rows)
 	t.Logf("per claimed row: %.1f buffers, %.2f rows from the partial indexes", float64(plan.Hit+plan.Read)/500,
 		fromPartialIndexes(plan)/500)
