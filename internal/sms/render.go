@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"text/template"
 
+	"github.com/nudgehq/nudge/internal/provider"
 	"github.com/nudgehq/nudge/internal/tmplrender"
 )
 
@@ -16,10 +17,43 @@ import (
 type fastTemplate struct {
 	tmpl *template.Template
 	root *tmplrender.Tree
+	// sources says where each of root's fields comes from in a message,
+	// as templateData puts it in the data (issue 18: a send builds no map
+	// for a direct render).
+	sources []source
 }
 
+// source is where a template's field comes from in a message: one of the
+// reminder's facts, which win over its data, or its data's key.
+type source struct {
+	fact fact
+	key  string
+}
+
+type fact uint8
+
+const (
+	fromData fact = iota
+	reminderID
+	tenant
+	deadline
+)
+
 func newFastTemplate(t *template.Template) fastTemplate {
-	return fastTemplate{tmpl: t, root: tmplrender.Text(t, formatDate)}
+	f := fastTemplate{tmpl: t, root: tmplrender.Text(t, formatDate)}
+	for _, k := range f.root.Fields() {
+		s := source{key: k}
+		switch k {
+		case "reminder_id":
+			s.fact = reminderID
+		case "tenant":
+			s.fact = tenant
+		case "deadline":
+			s.fact = deadline
+		}
+		f.sources = append(f.sources, s)
+	}
+	return f
 }
 
 // execute renders data into b, directly when it can, else with
@@ -30,4 +64,36 @@ func (f fastTemplate) execute(b *bytes.Buffer, data map[string]any) error {
 	}
 	b.Reset()
 	return f.tmpl.Execute(b, data)
+}
+
+// executeMessage renders msg as execute renders templateData's map of it:
+// directly from the message's fields when it can, else (b reset) with
+// text/template on that map, filled into st.data.
+func (f fastTemplate) executeMessage(b *bytes.Buffer, msg provider.Message, st *renderState) error {
+	if f.root != nil {
+		values := st.values[:0]
+		for _, s := range f.sources {
+			var v any
+			switch s.fact {
+			case reminderID:
+				v = msg.ReminderID
+			case tenant:
+				v = msg.Tenant
+			case deadline:
+				v = msg.Deadline
+			default:
+				v = msg.Data[s.key]
+			}
+			values = append(values, v)
+		}
+		ok := f.root.ExecuteValues(b, values)
+		clear(values)
+		st.values = values[:0]
+		if ok {
+			return nil
+		}
+		b.Reset()
+	}
+	templateData(st.data, msg)
+	return f.tmpl.Execute(b, st.data)
 }

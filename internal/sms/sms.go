@@ -199,8 +199,9 @@ func templateData(data map[string]any, msg provider.Message) {
 // and the output buffer, reused across sends (a template cannot keep either:
 // it gets the map as dot and writes to the buffer only while it executes).
 type renderState struct {
-	data map[string]any
-	buf  bytes.Buffer
+	data   map[string]any
+	values []any // a direct render's field values
+	buf    bytes.Buffer
 }
 
 var renderStates = sync.Pool{New: func() any { return &renderState{data: make(map[string]any, 8)} }}
@@ -400,8 +401,7 @@ func render(t *Templates, msg provider.Message, via string) (string, error) {
 			renderStates.Put(st)
 		}
 	}()
-	templateData(st.data, msg)
-	text, err := t.render(msg.Template, st.data, &st.buf)
+	text, err := t.renderMessage(msg, st)
 	if err != nil {
 		return "", provider.PermanentError("template", fmt.Errorf("sending reminder %d by %s: %w", msg.ReminderID, via, err))
 	}
@@ -657,6 +657,24 @@ func (t *Templates) render(name string, data map[string]any, b *bytes.Buffer) (s
 	if err := tmpl.execute(b, data); err != nil {
 		return "", fmt.Errorf("rendering %q: %w", name, err)
 	}
+	return renderedText(name, b)
+}
+
+// renderMessage is render of msg's template on templateData's map of msg,
+// through st's buffer (empty) and map (empty).
+func (t *Templates) renderMessage(msg provider.Message, st *renderState) (string, error) {
+	tmpl, ok := t.byName[msg.Template]
+	if !ok {
+		return "", fmt.Errorf("rendering %q: %w", msg.Template, ErrUnknownTemplate)
+	}
+	if err := tmpl.executeMessage(&st.buf, msg, st); err != nil {
+		return "", fmt.Errorf("rendering %q: %w", msg.Template, err)
+	}
+	return renderedText(msg.Template, &st.buf)
+}
+
+// renderedText is a render's text, trimmed, or ErrEmptyBody.
+func renderedText(name string, b *bytes.Buffer) (string, error) {
 	text := bytes.TrimSpace(b.Bytes())
 	if len(text) == 0 {
 		return "", fmt.Errorf("rendering %q: %w", name, ErrEmptyBody)

@@ -44,24 +44,29 @@
 -- takes an even part from every tenant with due rows (round robin, each
 -- tenant's in due order), so a tenant's large backlog is published
 -- interleaved with the other tenants' reminders, not ahead of them. The
--- tenants are found by a skip scan of reminder_state_pending_tenant: one
--- index probe per tenant with pending rows. It reads no wide row (the zone
+-- tenants are found by a skip scan of reminder_state_claim: one index
+-- probe per tenant with pending rows. Every probe and pick tests the state
+-- as s.state = 'pending' COLLATE "C", the predicate of that index and of
+-- no other (schema 40), so that whatever the statistics say (a table
+-- analyzed while nothing was pending says no row is) the planner cannot
+-- take another partial index holding pending rows, scan it whole and sort.
+-- It reads no wide row (the zone
 -- and own window are on the state row) and returns no idempotency key: the
 -- dispatcher's message carries the id and fence, and the worker takes the
 -- key from the row its claim reads (ClaimForDelivery, LoadForDelivery).
 WITH RECURSIVE tenants(tenant) AS (
-    (SELECT s.tenant FROM reminder_state s WHERE s.state = 'pending' ORDER BY s.tenant LIMIT 1)
+    (SELECT s.tenant FROM reminder_state s WHERE s.state = 'pending' COLLATE "C" ORDER BY s.tenant LIMIT 1)
   UNION ALL
     SELECT (SELECT s.tenant FROM reminder_state s
-             WHERE s.state = 'pending' AND s.tenant > t.tenant ORDER BY s.tenant LIMIT 1)
+             WHERE s.state = 'pending' COLLATE "C" AND s.tenant > t.tenant ORDER BY s.tenant LIMIT 1)
       FROM tenants t
      WHERE t.tenant IS NOT NULL
 ), due_tenants AS (
     SELECT t.tenant FROM tenants t
      WHERE t.tenant IS NOT NULL
-       -- the tenant's earliest pending row, one probe of reminder_state_pending_tenant
+       -- the tenant's earliest pending row, one probe of reminder_state_claim
        AND (SELECT s.due_at FROM reminder_state s
-             WHERE s.state = 'pending' AND s.tenant = t.tenant
+             WHERE s.state = 'pending' COLLATE "C" AND s.tenant = t.tenant
              ORDER BY s.due_at LIMIT 1) <= @cutoff
 ), quota AS (
     SELECT greatest(1, ceil(@limit::float8 / count(*)))::bigint AS n FROM due_tenants
@@ -71,7 +76,7 @@ WITH RECURSIVE tenants(tenant) AS (
      CROSS JOIN LATERAL (
            SELECT s.id, s.due_at, row_number() OVER (ORDER BY s.due_at, s.id) AS turn
              FROM reminder_state s
-            WHERE s.state = 'pending' AND s.tenant = t.tenant AND s.due_at <= @cutoff
+            WHERE s.state = 'pending' COLLATE "C" AND s.tenant = t.tenant AND s.due_at <= @cutoff
             ORDER BY s.due_at, s.id
             LIMIT (SELECT n FROM quota)) p
 ), due AS (

@@ -14,6 +14,14 @@
 // int64, a bool, a missing key, a time.Time), and gives up on anything
 // else: the output is the template's own in every case (the tests of the
 // sms and email packages compare both on random data).
+//
+// A Tree is compiled once, when the template is loaded, into nodes that
+// hold their text, their function and the index of each field they read
+// (issue 18: the walk of the parse tree and a map lookup per field part
+// were most of an SMS render's CPU). A render looks each field of the data
+// up once, or takes the caller's values for them (ExecuteValues: the SMS
+// channel reads a reminder's own facts from the message, with no map), and
+// every part then reads its value by index.
 package tmplrender
 
 import (
@@ -21,6 +29,7 @@ import (
 	"errors"
 	htmltemplate "html/template"
 	"io"
+	"slices"
 	"strconv"
 	"text/template"
 	"text/template/parse"
@@ -35,12 +44,72 @@ const htmlEscaper = "_html_template_htmlescaper"
 // "layout"}}: the SMS templates' date.
 type DateFunc func(v any, layout ...string) string
 
-// Tree is a template's parse tree prepared for a direct render. The zero
-// Tree (or a nil one) renders nothing directly.
+// Tree is a template compiled for a direct render. The zero Tree (or a nil
+// one) renders nothing directly.
 type Tree struct {
-	root *parse.ListNode
-	date DateFunc
+	code   []node
+	fields []string // the keys the template reads of its data, in order of first use
+	date   DateFunc
+	ok     bool
 }
+
+// maxFields bounds the fields a Tree reads (the values of a render live on
+// the stack); a template reading more is left to its template.
+const maxFields = 16
+
+// node is one part of a compiled template: text, an action (a printed
+// pipeline), or an if or with over a pipeline, with its lists.
+type node struct {
+	kind      nodeKind
+	text      []byte
+	pipe      pipe
+	escape    bool // an action html/template escapes as HTML text
+	list, els []node
+}
+
+type nodeKind uint8
+
+const (
+	textNode nodeKind = iota
+	actionNode
+	ifNode
+	withNode
+)
+
+// pipe is a pipeline's one command: an argument, or, not, date, or a
+// time's Format.
+type pipe struct {
+	kind   pipeKind
+	args   []arg
+	layout string // format: Format's layout
+}
+
+type pipeKind uint8
+
+const (
+	argPipe pipeKind = iota
+	orPipe
+	notPipe
+	datePipe
+	formatPipe // args[0] is the field
+)
+
+// arg is dot, a string, .key, or .key.IsZero; field is the key's index in
+// Tree.fields.
+type arg struct {
+	kind  argKind
+	s     string
+	field int
+}
+
+type argKind uint8
+
+const (
+	stringArg argKind = iota
+	dotArg
+	fieldArg
+	isZeroArg
+)
 
 // Text prepares t (parsed with date as its "date" function, nil when it has
 // none) and returns nil when the template holds anything the direct render
@@ -72,83 +141,153 @@ func HTML(t *htmltemplate.Template) *Tree {
 }
 
 func prepare(root *parse.ListNode, date DateFunc) *Tree {
-	tr := &Tree{root: root, date: date}
-	if !tr.fastable(root) {
+	tr := &Tree{date: date}
+	code, ok := tr.compile(root)
+	if !ok || len(tr.fields) > maxFields {
 		return nil
 	}
+	tr.code, tr.ok = code, true
 	return tr
+}
+
+// Fields returns the keys the template reads of its data, in the order
+// ExecuteValues takes their values (nil for a nil Tree).
+func (t *Tree) Fields() []string {
+	if t == nil {
+		return nil
+	}
+	return t.fields
 }
 
 // Execute renders data into b and reports whether it could; when it could
 // not, b holds part of an output and the caller resets it and executes the
 // template.
 func (t *Tree) Execute(b *bytes.Buffer, data map[string]any) bool {
-	if t == nil || t.root == nil {
+	if t == nil || !t.ok {
 		return false // a zero Tree knows no template: rendering nothing would lose its text
 	}
-	r := render{out: b, date: t.date}
-	return r.list(t.root, data)
+	var values [maxFields]any
+	for i, k := range t.fields {
+		values[i] = data[k]
+	}
+	r := render{out: b, date: t.date, values: values[:len(t.fields)], noData: data == nil}
+	return r.list(t.code, dot{root: true})
 }
 
-// fastable reports whether every node of list is one the direct render
-// knows, so it is worth trying for this template.
-func (t *Tree) fastable(list *parse.ListNode) bool {
-	if list == nil {
-		return true
+// ExecuteValues is Execute on a map (never nil) that holds values[i] under
+// Fields()[i] (nil for a key it does not hold), whatever else it holds.
+func (t *Tree) ExecuteValues(b *bytes.Buffer, values []any) bool {
+	if t == nil || !t.ok || len(values) != len(t.fields) {
+		return false
 	}
-	for _, n := range list.Nodes {
-		switch n := n.(type) {
-		case *parse.TextNode, *parse.CommentNode:
-		case *parse.ActionNode:
-			if !t.fastablePipe(n.Pipe, true) {
-				return false
-			}
-		case *parse.IfNode:
-			if !t.fastablePipe(n.Pipe, false) || !t.fastable(n.List) || !t.fastable(n.ElseList) {
-				return false
-			}
-		case *parse.WithNode:
-			if !t.fastablePipe(n.Pipe, false) || !t.fastable(n.List) || !t.fastable(n.ElseList) {
-				return false
-			}
-		default:
-			return false
+	r := render{out: b, date: t.date, values: values}
+	return r.list(t.code, dot{root: true})
+}
+
+// field is the index of key in t.fields, added when new.
+func (t *Tree) field(key string) int {
+	for i, k := range t.fields {
+		if k == key {
+			return i
 		}
 	}
-	return true
+	t.fields = append(t.fields, key)
+	return len(t.fields) - 1
 }
 
-// fastablePipe: no variables; one command, followed in an action (printed)
+// compile compiles list, and reports false when it holds a node the direct
+// render does not know.
+func (t *Tree) compile(list *parse.ListNode) ([]node, bool) {
+	if list == nil {
+		return nil, true
+	}
+	var out []node
+	for _, n := range list.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+			if k := len(out) - 1; k >= 0 && out[k].kind == textNode {
+				out[k].text = append(out[k].text, n.Text...) // adjacent texts (a comment between) as one
+				continue
+			}
+			out = append(out, node{kind: textNode, text: slices.Clone(n.Text)})
+		case *parse.CommentNode:
+		case *parse.ActionNode:
+			p, ok := t.compilePipe(n.Pipe, true)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, node{kind: actionNode, pipe: p, escape: len(n.Pipe.Cmds) == 2})
+		case *parse.IfNode:
+			c, ok := t.compileBranch(ifNode, &n.BranchNode)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, c)
+		case *parse.WithNode:
+			c, ok := t.compileBranch(withNode, &n.BranchNode)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, c)
+		default:
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+func (t *Tree) compileBranch(kind nodeKind, n *parse.BranchNode) (node, bool) {
+	p, ok := t.compilePipe(n.Pipe, false)
+	if !ok {
+		return node{}, false
+	}
+	list, ok := t.compile(n.List)
+	if !ok {
+		return node{}, false
+	}
+	els, ok := t.compile(n.ElseList)
+	return node{kind: kind, pipe: p, list: list, els: els}, ok
+}
+
+// compilePipe: no variables; one command, followed in an action (printed)
 // by html/template's HTML text escaper at most. The command is an argument,
 // a time's Format with a string, or a call of or, not or date on arguments.
-func (t *Tree) fastablePipe(p *parse.PipeNode, printed bool) bool {
+func (t *Tree) compilePipe(p *parse.PipeNode, printed bool) (pipe, bool) {
 	if p == nil || len(p.Decl) != 0 || p.IsAssign || len(p.Cmds) == 0 || len(p.Cmds) > 2 {
-		return false
+		return pipe{}, false
 	}
 	if len(p.Cmds) == 2 && (!printed || !isEscaper(p.Cmds[1])) {
-		return false
+		return pipe{}, false
 	}
 	args := p.Cmds[0].Args
+	var c pipe
 	if id, ok := args[0].(*parse.IdentifierNode); ok {
 		switch {
 		case id.Ident == "or" && len(args) >= 2:
+			c.kind = orPipe
 		case id.Ident == "not" && len(args) == 2:
+			c.kind = notPipe
 		case id.Ident == "date" && t.date != nil && (len(args) == 2 || len(args) == 3):
+			c.kind = datePipe
 		default:
-			return false
+			return pipe{}, false
 		}
 		args = args[1:]
 	} else if isFormat(args) {
-		return true
+		f := args[0].(*parse.FieldNode)
+		return pipe{kind: formatPipe, args: []arg{{kind: fieldArg, field: t.field(f.Ident[0])}},
+			layout: args[1].(*parse.StringNode).Text}, true
 	} else if len(args) != 1 {
-		return false
+		return pipe{}, false
 	}
 	for _, a := range args {
-		if !fastableArg(a) {
-			return false
+		ca, ok := t.compileArg(a)
+		if !ok {
+			return pipe{}, false
 		}
+		c.args = append(c.args, ca)
 	}
-	return true
+	return c, true
 }
 
 func isEscaper(c *parse.CommandNode) bool {
@@ -166,22 +305,38 @@ func isFormat(args []parse.Node) bool {
 	return ok
 }
 
-// fastableArg: dot, a string, .key or .key.IsZero.
-func fastableArg(a parse.Node) bool {
+// compileArg: dot, a string, .key or .key.IsZero.
+func (t *Tree) compileArg(a parse.Node) (arg, bool) {
 	switch a := a.(type) {
-	case *parse.DotNode, *parse.StringNode:
-		return true
+	case *parse.DotNode:
+		return arg{kind: dotArg}, true
+	case *parse.StringNode:
+		return arg{kind: stringArg, s: a.Text}, true
 	case *parse.FieldNode:
-		return len(a.Ident) == 1 || (len(a.Ident) == 2 && a.Ident[1] == "IsZero")
+		switch {
+		case len(a.Ident) == 1:
+			return arg{kind: fieldArg, field: t.field(a.Ident[0])}, true
+		case len(a.Ident) == 2 && a.Ident[1] == "IsZero":
+			return arg{kind: isZeroArg, field: t.field(a.Ident[0])}, true
+		}
 	}
-	return false
+	return arg{}, false
 }
 
-// render walks a fastable tree over data. Every method returns false when
-// it meets a value whose rendering it does not reproduce exactly.
+// dot is what . is: the data (root), or a plain value a with set.
+type dot struct {
+	root bool
+	v    any
+}
+
+// render runs a compiled tree over the values of its fields. Every method
+// returns false when it meets a value whose rendering it does not
+// reproduce exactly.
 type render struct {
-	out  *bytes.Buffer
-	date DateFunc
+	out    *bytes.Buffer
+	date   DateFunc
+	values []any
+	noData bool // the data is a nil map: text/template fails on any field of it
 }
 
 // plain reports whether v is a value the direct render handles.
@@ -209,30 +364,33 @@ func truth(v any) bool {
 	return false
 }
 
-func (r *render) list(l *parse.ListNode, dot any) bool {
-	if l == nil {
-		return true
-	}
-	for _, n := range l.Nodes {
-		switch n := n.(type) {
-		case *parse.TextNode:
-			r.out.Write(n.Text)
-		case *parse.CommentNode:
-		case *parse.ActionNode:
-			v, ok := r.pipe(n.Pipe, dot)
-			if !ok || !r.print(v, len(n.Pipe.Cmds) == 2) {
+func (r *render) list(code []node, d dot) bool {
+	for i := range code {
+		n := &code[i]
+		switch n.kind {
+		case textNode:
+			r.out.Write(n.text)
+		case actionNode:
+			v, ok := r.pipe(&n.pipe, d)
+			if !ok || !r.print(v, n.escape) {
 				return false
 			}
-		case *parse.IfNode:
-			if !r.branch(&n.BranchNode, dot, false) {
+		case ifNode, withNode:
+			v, ok := r.pipe(&n.pipe, d)
+			if !ok {
 				return false
 			}
-		case *parse.WithNode:
-			if !r.branch(&n.BranchNode, dot, true) {
+			switch {
+			case !truth(v):
+				ok = r.list(n.els, d)
+			case n.kind == withNode:
+				ok = r.list(n.list, dot{v: v})
+			default:
+				ok = r.list(n.list, d)
+			}
+			if !ok {
 				return false
 			}
-		default:
-			return false
 		}
 	}
 	return true
@@ -296,40 +454,22 @@ func writeHTMLEscaped(b *bytes.Buffer, s string) {
 	b.WriteString(s[written:])
 }
 
-func (r *render) branch(n *parse.BranchNode, dot any, with bool) bool {
-	v, ok := r.pipe(n.Pipe, dot)
-	if !ok {
-		return false
-	}
-	if truth(v) {
-		if with {
-			dot = v
-		}
-		return r.list(n.List, dot)
-	}
-	return r.list(n.ElseList, dot)
-}
-
-func (r *render) pipe(p *parse.PipeNode, dot any) (any, bool) {
-	args := p.Cmds[0].Args
-	if isFormat(args) {
-		v, ok := r.field(args[0].(*parse.FieldNode).Ident[0], dot)
+func (r *render) pipe(p *pipe, d dot) (any, bool) {
+	switch p.kind {
+	case argPipe:
+		return r.arg(&p.args[0], d)
+	case formatPipe:
+		v, ok := r.field(p.args[0].field, d)
 		t, isTime := v.(time.Time)
 		if !ok || !isTime {
 			return nil, false // a missing key, or Format of something else: the template's error
 		}
-		return t.Format(args[1].(*parse.StringNode).Text), true
-	}
-	id, call := args[0].(*parse.IdentifierNode)
-	if !call {
-		return r.arg(args[0], dot)
-	}
-	switch id.Ident {
-	case "or": // the first true argument, else the last; later ones are not evaluated
+		return t.Format(p.layout), true
+	case orPipe: // the first true argument, else the last; later ones are not evaluated
 		var v any
-		for _, a := range args[1:] {
+		for i := range p.args {
 			var ok bool
-			if v, ok = r.arg(a, dot); !ok {
+			if v, ok = r.arg(&p.args[i], d); !ok {
 				return nil, false
 			}
 			if truth(v) {
@@ -337,51 +477,51 @@ func (r *render) pipe(p *parse.PipeNode, dot any) (any, bool) {
 			}
 		}
 		return v, true
-	case "not":
-		v, ok := r.arg(args[1], dot)
+	case notPipe:
+		v, ok := r.arg(&p.args[0], d)
 		return !truth(v), ok
-	case "date":
-		v, ok := r.arg(args[1], dot)
+	case datePipe:
+		v, ok := r.arg(&p.args[0], d)
 		if !ok {
 			return nil, false
 		}
-		var layout []string
-		if len(args) == 3 {
-			l, ok := r.arg(args[2], dot)
+		if len(p.args) == 2 {
+			l, ok := r.arg(&p.args[1], d)
 			s, isString := l.(string)
 			if !ok || !isString {
 				return nil, false // text/template refuses a non-string layout
 			}
-			layout = []string{s}
+			return r.date(v, s), true
 		}
-		return r.date(v, layout...), true
+		return r.date(v), true
 	}
 	return nil, false
 }
 
-// field is .key of dot, when dot is a map.
-func (r *render) field(key string, dot any) (any, bool) {
-	m, ok := dot.(map[string]any)
-	if !ok || m == nil {
-		return nil, false // a field of something else: text/template's error or method call
+// field is .key of dot, when dot is the data.
+func (r *render) field(i int, d dot) (any, bool) {
+	if !d.root || r.noData {
+		return nil, false // a field of a value: text/template's error or method call
 	}
-	v := m[key]
+	v := r.values[i]
 	return v, plain(v)
 }
 
-func (r *render) arg(n parse.Node, dot any) (any, bool) {
-	switch n := n.(type) {
-	case *parse.StringNode:
-		return n.Text, true
-	case *parse.DotNode:
-		return dot, plain(dot)
-	case *parse.FieldNode:
-		v, ok := r.field(n.Ident[0], dot)
-		if !ok || len(n.Ident) == 1 {
-			return v, ok
+func (r *render) arg(a *arg, d dot) (any, bool) {
+	switch a.kind {
+	case stringArg:
+		return a.s, true
+	case dotArg:
+		if d.root {
+			return nil, false // the data itself (a map) is not plain
 		}
-		t, isTime := v.(time.Time) // .key.IsZero
-		if !isTime {
+		return d.v, plain(d.v)
+	case fieldArg:
+		return r.field(a.field, d)
+	case isZeroArg:
+		v, ok := r.field(a.field, d)
+		t, isTime := v.(time.Time)
+		if !ok || !isTime {
 			return nil, false
 		}
 		return t.IsZero(), true

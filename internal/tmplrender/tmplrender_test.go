@@ -2,8 +2,10 @@ package tmplrender_test
 
 import (
 	"bytes"
+	"fmt"
 	htmltemplate "html/template"
 	"io"
+	"strings"
 	"testing"
 	"text/template"
 	"time"
@@ -65,7 +67,21 @@ func run(t *testing.T, tr *tmplrender.Tree, tmpl executer, data map[string]any) 
 		return ref.String(), refused, refErr
 	}
 	var b bytes.Buffer
-	if tr.Execute(&b, data) {
+	executed := tr.Execute(&b, data)
+	if data != nil {
+		// The caller's values for the fields, as a map holds them: the same
+		// render, the same way.
+		values := make([]any, len(tr.Fields()))
+		for i, k := range tr.Fields() {
+			values[i] = data[k]
+		}
+		var v bytes.Buffer
+		require.Equal(t, executed, tr.ExecuteValues(&v, values), "ExecuteValues renders as Execute does")
+		if executed {
+			require.Equal(t, b.String(), v.String(), "ExecuteValues writes what Execute writes")
+		}
+	}
+	if executed {
 		require.NoError(t, refErr, "rendered directly where the template fails")
 		require.Equal(t, ref.String(), b.String(), "a direct render differs from the template's")
 		return b.String(), direct, nil
@@ -86,6 +102,24 @@ func date(v any, layout ...string) string {
 }
 
 var at = time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+
+// sixteen prints fields f0 to f15, as many as a Tree reads.
+var sixteen = func() string {
+	var b strings.Builder
+	for i := range 16 {
+		fmt.Fprintf(&b, "{{.f%d}}", i)
+	}
+	return b.String()
+}()
+
+// fields is data with n fields f0, f1, ..., each "v".
+func fields(n int) map[string]any {
+	m := map[string]any{}
+	for i := range n {
+		m[fmt.Sprintf("f%d", i)] = "v"
+	}
+	return m
+}
 
 // Text templates: what the package doc says a Tree walks is rendered
 // directly, to the template's own output; values whose printing is not
@@ -121,6 +155,11 @@ func TestText(t *testing.T) {
 			map[string]any{"at": time.Time{}}, "never", direct, false},
 		{"date", `{{date .at}}`, map[string]any{"at": at}, "2 Dec 2026", direct, false},
 		{"date with a layout", `{{date .at "Jan 2"}}`, map[string]any{"at": at}, "Dec 2", direct, false},
+		{"unicode", `{{or .s "–"}} ✓`, map[string]any{"s": "Zoë, 日本語 😀"}, "Zoë, 日本語 😀 ✓", direct, false},
+		{"a long value", `[{{.s}}]`, map[string]any{"s": strings.Repeat("ab€", 2000)}, "[" + strings.Repeat("ab€", 2000) + "]", direct, false},
+		{"a field read in several parts", `{{.a}}{{with .a}}{{.}}{{end}}{{or .b .a}}{{if .a}}!{{end}}`,
+			map[string]any{"a": "x"}, "xxx!", direct, false},
+		{"sixteen fields", sixteen, fields(16), strings.Repeat("v", 16), direct, false},
 
 		// Values printed otherwise than plainly: left to text/template.
 		{"a missing key printed", "[{{.missing}}]", map[string]any{}, "[<no value>]", fallback, false},
@@ -147,6 +186,7 @@ func TestText(t *testing.T) {
 		{"not of two arguments", `{{if not .a .b}}x{{end}}`, map[string]any{}, "", refused, true},
 		{"a defined template", `{{define "x"}}y{{end}}[{{template "x"}}]`, nil, "[y]", refused, false},
 		{"a block", `{{block "x" .}}y{{end}}`, nil, "y", refused, false},
+		{"seventeen fields", sixteen + "{{.f16}}", fields(17), strings.Repeat("v", 17), refused, false},
 	})
 }
 

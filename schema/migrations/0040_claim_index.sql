@@ -1,0 +1,34 @@
+-- Schema version 40: the dispatcher's claim reads an index of its own, one
+-- no other statement's predicate can stand in for (docs/benchmarks.md, "The
+-- claim's plan after a quiet spell").
+--
+-- ClaimDue finds the tenants with pending rows by a skip scan and picks each
+-- one's rows in due order, all of it meant for reminder_state_pending_tenant
+-- (tenant, due_at, id). Its probes said "state = 'pending'", which also
+-- proves the predicates of reminder_state_pending_due and
+-- reminder_state_unsent_deadline. A table analyzed while no row was pending
+-- (an install that went quiet) has statistics that say no row is: every
+-- partial index covering pending rows is then estimated at no rows, and the
+-- planner took the smallest, unsent_deadline, scanned it whole for every
+-- probe and sorted (4x slower at 10,000 rows), until the next autoanalyze.
+--
+-- reminder_state_claim holds the same entries as pending_tenant under a
+-- predicate written with the C collation. The claim's probes write their
+-- test the same way, "s.state = 'pending' COLLATE "C"": the planner proves
+-- this index's predicate from it (the same expression) and no other (it
+-- proves an index's predicate from a comparison under the same collation
+-- only), so whatever the statistics say the probes have one index to
+-- read, in the order they ask for, or the heap. The states are ASCII words:
+-- equality under C is equality under any deterministic collation, so the
+-- index holds exactly the pending rows.
+--
+-- reminder_state_pending_tenant stays for the previous release's
+-- dispatchers, which probe with the plain test; an after-rollout step drops
+-- it (until then a pending row enters both: one more index entry per
+-- intake and per rescheduling to a window's opening). Building this index
+-- reads reminder_state under a lock that holds every transition back
+-- (seconds per million rows; the entries are the pending rows only): on a
+-- large install build it first without blocking (docs/deploy.md), and IF
+-- NOT EXISTS then keeps it.
+CREATE INDEX IF NOT EXISTS reminder_state_claim ON reminder_state (tenant, due_at, id)
+    WHERE state = 'pending' COLLATE "C";
