@@ -97,7 +97,8 @@ func TestPlanWithTwoAfterRolloutSteps(t *testing.T) {
 }
 
 // The embedded migrations: 0035 drops the state mirror after release 1's
-// rollout, 0037 reminders' stale state columns after this release's.
+// rollout, 0037 reminders' stale state columns after release 2's, 0041 the
+// claim's old index (reminder_state_pending_tenant) after this release's.
 func TestAfterRolloutMigrations(t *testing.T) {
 	t.Parallel()
 	migs, err := schema.Migrations()
@@ -108,7 +109,8 @@ func TestAfterRolloutMigrations(t *testing.T) {
 			after = append(after, m.String())
 		}
 	}
-	require.Equal(t, []string{"0035_drop_state_mirror.after-rollout", "0037_drop_wide_state_columns.after-rollout"}, after)
+	require.Equal(t, []string{"0035_drop_state_mirror.after-rollout", "0037_drop_wide_state_columns.after-rollout",
+		"0041_drop_pending_tenant.after-rollout"}, after)
 }
 
 // Migrate leaves the mirror's drop waiting, and reports it; the after-rollout

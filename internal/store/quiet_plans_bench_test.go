@@ -72,6 +72,7 @@ func BenchmarkQuietSpellPlans(b *testing.B) {
 	fmt.Fprintf(&sb, "\n%-28s %-6s %9s %9s %7s  %s\n", "statement", "stats", "ms", "buffers", "rows", "indexes")
 	for range b.N {
 		db := testenv.Postgres(b)
+		oldClaimIndex(b, db)
 		for _, c := range cases {
 			now := time.Now()
 			quietSpell(b, db, 20000, 10000, now)

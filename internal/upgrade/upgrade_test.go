@@ -262,11 +262,13 @@ func TestRollingUpgrade(t *testing.T) {
 	// both releases' tools onto the new schema.
 	sleepUntil(8 * time.Second)
 	// Schema 38 (the due-ordered store's column, index, watermark and
-	// setting, lazy intake off) among what it applies; nothing of this
-	// release waits for the rollout.
+	// setting, lazy intake off) among what it applies; 41 (the drop of the
+	// claim's old index, which the old dispatchers probe) waits for the
+	// rollout.
 	migrated := f.ctl("new", "migrate", "--declare-topology")
 	require.Regexp(t, `applied migrations \[(\d+ )*38( \d+)*\]`, migrated)
-	require.NotContains(t, migrated, "waiting for the rollout")
+	require.Contains(t, migrated, "waiting for the rollout: 0041_drop_pending_tenant.after-rollout",
+		"the old dispatchers' claim index stays while they run")
 	add("new", stream("new", 300, at(10*time.Second), at(45*time.Second)))
 	add("old", stream("old-late", 200, at(10*time.Second), at(45*time.Second)))
 
@@ -290,11 +292,10 @@ func TestRollingUpgrade(t *testing.T) {
 	f.ctl("old", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-old2-", "--reason", "upgrade test: old nudgectl, new schema")
 
 	// 4. No binary of the old release left (its nudgectl's last cancel is
-	// done): no after-rollout step waits in this release (turning lazy
-	// intake on is a later one), so --after-rollout has nothing to apply;
-	// the new fleet goes on scheduling, canceling and delivering.
+	// done): the after-rollout step (41) drops the old claim index under the
+	// running new fleet, which goes on scheduling, canceling and delivering.
 	sleepUntil(28 * time.Second)
-	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "schema is up to date")
+	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [41]")
 	add("new", stream("after", 150, at(30*time.Second), at(45*time.Second)))
 	add("new", toCancel("cancel-after", 20, at(40*time.Second), at(47*time.Second)))
 	sleepUntil(34 * time.Second)

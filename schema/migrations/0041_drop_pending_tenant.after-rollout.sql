@@ -1,0 +1,20 @@
+-- Schema version 41, after the rollout of the release that added 40: the
+-- claim's old index goes.
+--
+-- Schema 40 gave the dispatcher's claim (internal/store ClaimDue) an index
+-- of its own, reminder_state_claim (tenant, due_at, id) WHERE state =
+-- 'pending' COLLATE "C", which no other predicate can stand in for however
+-- the statistics read. reminder_state_pending_tenant holds the same entries
+-- under the plain predicate, and the previous release's dispatchers probe
+-- it: it stays while they run, and every pending row enters both (one more
+-- index entry per intake and per rescheduling to a window's opening). Once
+-- no dispatcher of that release runs (nudgectl migrate --after-rollout),
+-- nothing reads it: no other statement tests pending rows by tenant (the
+-- others read reminder_state_pending_due by due time).
+--
+-- DROP INDEX takes reminder_state's ACCESS EXCLUSIVE lock for a catalogue
+-- change only, as its first and only lock. A large install can drop it
+-- first without blocking (docs/deploy.md, "Schema 40 and 41"): DROP INDEX
+-- CONCURRENTLY IF EXISTS reminder_state_pending_tenant; IF EXISTS then
+-- skips it.
+DROP INDEX IF EXISTS reminder_state_pending_tenant;
