@@ -26,6 +26,23 @@ type env struct {
 	dbURL   string
 	amqpURL string
 	admin   *pgxpool.Pool
+	// measured is the wall time the run functions spent measuring since
+	// main last took it (takeMeasured): from the moment a measurement's
+	// clock starts to the moment the harness sees its end. The rest of a
+	// section's wall time is its setup (schemas, seeding, warm-ups, table
+	// builds, WAL counting, cleanup), the part a faster harness can cut.
+	measured time.Duration
+}
+
+// measuredSince adds the wall time since t0 to the running section's
+// measurement. The run functions call it from the goroutine that runs them.
+func (e *env) measuredSince(t0 time.Time) { e.measured += time.Since(t0) }
+
+// takeMeasured returns the measurement time added since the last call.
+func (e *env) takeMeasured() time.Duration {
+	d := e.measured
+	e.measured = 0
+	return d
 }
 
 // schemaURL returns dbURL with search_path set to schema.

@@ -163,7 +163,8 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	defer stopWorkers()
 
 	// The lead covers the VACUUM below: the stream must not start overdue.
-	start := time.Now().Add(2 * time.Second)
+	moved := time.Now()
+	start := moved.Add(2 * time.Second)
 	if _, err := s.pool.Exec(ctx, stmt("ShiftDue"), pgx.NamedArgs{"start": start, "seeded": seeded}); err != nil {
 		return res, fmt.Errorf("moving the stream's due times: %w", err)
 	}
@@ -212,6 +213,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 		}
 	}
 	stopDispatcher()
+	e.measuredSince(moved)
 	res.Machine = mach.since()
 	res.CPU = readCPU().sub(cpu0)
 	if res.WAL, err = wal0.since(ctx, s.pool); err != nil {

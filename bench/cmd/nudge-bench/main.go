@@ -98,7 +98,7 @@ func main() {
 	flag.StringVar(&o.procProfile, "proc-cpuprofile", "", "CPU profile of the first run's sms-worker process (its --cpuprofile; empty: none)")
 	flag.IntVar(&o.procPrefetch, "proc-prefetch", 500, "the worker process's --prefetch")
 	flag.IntVar(&o.planningN, "planning-n", 5000, "intents per run of the planning section, each of its three ways (the SQL function, one call per reminder, is the slow one)")
-	flag.StringVar(&only, "only", strings.Join(allSections, ","), "sections to run: "+strings.Join(allSections, ","))
+	flag.StringVar(&only, "only", strings.Join(allSections, ","), "sections to run: "+strings.Join(allSections, ",")+" (fewer than all: the report and chart go to bench/out unless -out and -chart name them)")
 	flag.BoolVar(&o.diagnose, "diagnose", false, "instead of the benchmark: EXPLAIN ANALYZE the dispatcher's statements and sample pg_stat_activity during one e2e run with -profile-workers workers")
 	flag.Parse()
 	if serveProvider {
@@ -126,6 +126,11 @@ func main() {
 		}
 		o.sections[s] = true
 	}
+	if len(o.sections) < len(allSections) {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		o.out, o.chart = partialOutputs(o.out, o.chart, set)
+	}
 	if warmup < 0 {
 		fatalUsage("-warmup", errors.New("must not be negative"))
 	}
@@ -138,6 +143,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "nudge-bench:", err)
 		os.Exit(1)
 	}
+}
+
+// partialOutputs are the report and chart a run of some sections only
+// (-only) writes: bench/out's, unless -out or -chart named them, so that a
+// partial run never replaces the generated part of docs/benchmarks.md (or its
+// chart) with a report most of whose tables say "not run".
+func partialOutputs(out, chart string, set map[string]bool) (string, string) {
+	if !set["out"] {
+		out = filepath.Join("out", "benchmarks-only.md")
+	}
+	if !set["chart"] {
+		chart = filepath.Join("out", "benchmarks-throughput-only.png")
+	}
+	return out, chart
 }
 
 func intList(s string, least int) ([]int, error) {
@@ -183,6 +202,7 @@ type results struct {
 	storage  storageResult // after the first headline run
 	elapsed  time.Duration
 	spent    map[string]time.Duration // wall time by section, seeding and cleanup included
+	measured map[string]time.Duration // of which measuring (env.measured), the rest being setup
 	profiled string
 	loads    []float64
 }
@@ -215,10 +235,14 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	defer dropSeedTemplates()
-	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}, tuned: map[int][]riverResult{}, spent: map[string]time.Duration{}}
+	r := results{e2e: map[int][]e2eResult{}, river: map[int][]riverResult{}, tuned: map[int][]riverResult{}, spent: map[string]time.Duration{}, measured: map[string]time.Duration{}}
 	start := time.Now()
 	mark := time.Now()
-	lap := func(section string) { r.spent[section] += time.Since(mark); mark = time.Now() }
+	lap := func(section string) {
+		r.spent[section] += time.Since(mark)
+		r.measured[section] += e.takeMeasured()
+		mark = time.Now()
+	}
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	loadDone := make(chan struct{})
@@ -441,15 +465,34 @@ func run(ctx context.Context, o options) error {
 	stopLoad()
 	<-loadDone
 	fmt.Printf("done in %s (%s)\n", r.elapsed.Round(time.Second), r.spentLine())
+	fmt.Printf("setup / measurement by section: %s\n", r.splitLine())
 	return report(o, m, r)
 }
+
+// sectionOrder names the sections of the wall-time lines, in the order they run.
+var sectionOrder = []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "planning", "scale+scrape"}
 
 // spentLine lists the wall time by section, in the order they run.
 func (r results) spentLine() string {
 	var parts []string
-	for _, s := range []string{"raw", "dispatcher", "e2e", "river", "latency", "burst", "procs", "planning", "scale+scrape"} {
+	for _, s := range sectionOrder {
 		if d, ok := r.spent[s]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Second)))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// splitLine lists each section's wall time as setup / measurement: the
+// measurement from the moment a run's clock starts to the moment the harness
+// sees it end (env.measuredSince), the setup everything else (schemas,
+// seeding, warm-ups, table builds, WAL counting, building binaries, cleanup).
+func (r results) splitLine() string {
+	var parts []string
+	for _, s := range sectionOrder {
+		if d, ok := r.spent[s]; ok {
+			m := r.measured[s]
+			parts = append(parts, fmt.Sprintf("%s %s / %s", s, (d-m).Round(time.Second), m.Round(time.Second)))
 		}
 	}
 	return strings.Join(parts, ", ")

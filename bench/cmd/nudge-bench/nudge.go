@@ -59,11 +59,26 @@ func dueNow() dueFunc {
 // of make bench. The run drops them at its end (dropSeedTemplates).
 var seedTemplates = map[int]*nudgeSetup{}
 
+// warmTemplates are the templates of the warm-ups (-warmup × workers
+// reminders, numbered from warmIDBase, keys "bench-warmup:<i>"), seeded
+// through the intake once per size and copied into every end-to-end run
+// (warmUp), as seedTemplates are: make bench ran 105,000 warm-up reminders
+// through the intake, 35,000 a run, before it copied them.
+var warmTemplates = map[int]*nudgeSetup{}
+
 // dropSeedTemplates drops the seeding templates.
 func dropSeedTemplates() {
 	for n, t := range seedTemplates {
 		t.cleanup()
 		delete(seedTemplates, n)
+	}
+	for m, t := range warmTemplates {
+		t.cleanup()
+		delete(warmTemplates, m)
+	}
+	if riverSeed.drop != nil {
+		riverSeed.drop()
+		riverSeed.drop, riverSeed.pool, riverSeed.jobs = nil, nil, 0
 	}
 }
 
@@ -85,51 +100,94 @@ func setupNudge(ctx context.Context, e *env, n int, due dueFunc) (*nudgeSetup, e
 // seedTemplate is the schema of the template of n reminders due now,
 // seeded on first use.
 func seedTemplate(ctx context.Context, e *env, n int) (string, error) {
-	tmpl, ok := seedTemplates[n]
-	if !ok {
-		var err error
-		if tmpl, err = setupNudgeSchema(ctx, e, n, dueNow(), "bench_seed"); err != nil {
-			return "", err
-		}
-		seedTemplates[n] = tmpl
+	return templateOf(ctx, e, seedTemplates, n, "bench", 0)
+}
+
+// warmTemplate is the schema of the template of a warm-up of m reminders,
+// seeded on first use.
+func warmTemplate(ctx context.Context, e *env, m int) (string, error) {
+	return templateOf(ctx, e, warmTemplates, m, "bench-warmup", warmIDBase)
+}
+
+// templateOf is the schema of cache's template of n reminders due now, with
+// keys "<key>:<i>" and numbered from base (0: where the identities start),
+// seeded through the intake on first use.
+func templateOf(ctx context.Context, e *env, cache map[int]*nudgeSetup, n int, key string, base int64) (string, error) {
+	if tmpl, ok := cache[n]; ok {
+		return tmpl.schema, nil
 	}
+	tmpl, err := newTemplate(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	if base > 0 {
+		if _, err := tmpl.pool.Exec(ctx, stmt("WarmupIDs"), pgx.NamedArgs{"base": base}); err != nil {
+			tmpl.cleanup()
+			return "", fmt.Errorf("numbering the template's reminders: %w", err)
+		}
+	}
+	if err := tmpl.schedule(ctx, n, dueNow(), key); err != nil {
+		tmpl.cleanup()
+		return "", err
+	}
+	cache[n] = tmpl
 	return tmpl.schema, nil
 }
 
-// setupNudgeSchema is setupNudge: with due nil, copying the reminders of
-// the schema named from (none when from is empty); otherwise scheduling
-// them, in a schema named after from (a prefix) when it is not empty.
-func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from string) (*nudgeSetup, error) {
-	prefix := "bench_nudge"
-	if due != nil && from != "" {
-		prefix = from
-	}
+// newTemplate migrates a schema of its own for a template (seedTemplate,
+// warmTemplate), which nothing dispatches from: no topology is declared for
+// it (declaring and deleting a topology's quorum queues took 2–2.5 s of the
+// broker's and the machine's time per schema, load 7–9).
+func newTemplate(ctx context.Context, e *env) (*nudgeSetup, error) {
+	return migratedSchema(ctx, e, "bench_seed")
+}
+
+// migratedSchema is a new schema named after prefix, migrated, with a pool;
+// its cleanup closes the pool and drops the schema.
+func migratedSchema(ctx context.Context, e *env, prefix string) (*nudgeSetup, error) {
 	name, drop, err := e.newSchema(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
 	s := &nudgeSetup{url: e.schemaURL(name), schema: name}
-	topo := broker.Topology{Prefix: "nudge-bench-" + testenv.RandomID()}.WithDefaults()
-	s.topo = topo
 	s.cleanup = func() {
 		if s.pool != nil {
 			s.pool.Close()
 		}
+		drop()
+	}
+	if s.pool, err = pgxpool.New(ctx, s.url); err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("connecting to schema %s: %w", name, err)
+	}
+	if _, err := migrate(ctx, s.pool); err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("migrating %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// setupNudgeSchema is setupNudge: with due nil, copying the reminders of
+// the schema named from (none when from is empty); otherwise scheduling
+// them.
+func setupNudgeSchema(ctx context.Context, e *env, n int, due dueFunc, from string) (*nudgeSetup, error) {
+	s, err := migratedSchema(ctx, e, "bench_nudge")
+	if err != nil {
+		return nil, err
+	}
+	topo := broker.Topology{Prefix: "nudge-bench-" + testenv.RandomID()}.WithDefaults()
+	s.topo = topo
+	dropSchema := s.cleanup
+	s.cleanup = func() {
 		if conn, err := broker.Dial(e.amqpURL, "nudge-bench-cleanup"); err == nil {
 			if ch, err := conn.Channel(); err == nil {
 				_ = topo.Delete(ch)
 			}
 			conn.Close()
 		}
-		drop()
+		dropSchema()
 	}
 	fail := func(err error) (*nudgeSetup, error) { s.cleanup(); return nil, err }
-	if s.pool, err = pgxpool.New(ctx, s.url); err != nil {
-		return fail(fmt.Errorf("connecting to schema %s: %w", name, err))
-	}
-	if _, err := migrate(ctx, s.pool); err != nil {
-		return fail(fmt.Errorf("migrating %s: %w", name, err))
-	}
 	conn, err := broker.Dial(e.amqpURL, "nudge-bench-declare")
 	if err != nil {
 		return fail(fmt.Errorf("connecting to RabbitMQ: %w", err))
@@ -217,19 +275,27 @@ const warmIDBase = 1_000_000_000
 // belowWarm names, for the harness's statements, the measured reminders.
 var belowWarm = pgx.NamedArgs{"below": warmIDBase}
 
-// warmUp runs m reminders, numbered from warmIDBase, through the dispatcher
-// d and the started workers, and returns once every one is terminal.
-func (s *nudgeSetup) warmUp(ctx context.Context, d *dispatch.Dispatcher, m int) error {
-	if _, err := s.pool.Exec(ctx, stmt("WarmupIDs"), pgx.NamedArgs{"base": warmIDBase}); err != nil {
-		return fmt.Errorf("numbering the warm-up: %w", err)
+// warmUp runs m reminders, numbered from warmIDBase (copied from their
+// template, warmTemplate), through the dispatcher d and the started
+// workers, and returns once every one is terminal, asking the database as
+// the measured runs do (pollDB, on the workers' count of sends).
+func (s *nudgeSetup) warmUp(ctx context.Context, e *env, d *dispatch.Dispatcher, sent *atomic.Int64, m int) error {
+	tmpl, err := warmTemplate(ctx, e, m)
+	if err != nil {
+		return err
 	}
-	if err := s.schedule(ctx, m, dueNow(), "bench-warmup"); err != nil {
+	if err := s.copyFrom(ctx, tmpl); err != nil {
 		return err
 	}
 	if _, err := dispatchUntilDone(ctx, d); err != nil {
 		return fmt.Errorf("warm-up dispatcher: %w", err)
 	}
+	var polled time.Time
 	for limit := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if !pollDB(sent, m, polled) {
+			continue
+		}
+		polled = time.Now()
 		var done int
 		if err := s.pool.QueryRow(ctx, stmt("WarmupTerminal"), belowWarm).Scan(&done); err != nil {
 			return err
@@ -287,7 +353,9 @@ func dispatcherAlone(ctx context.Context, e *env, n, envelope int) (dispatchResu
 	d, pub := s.dispatcherSized(e, keys, nil, envelope)
 	defer pub.Close()
 	resetPeakRSS()
+	t0 := time.Now()
 	sum, err := d.RunOnce(ctx)
+	e.measuredSince(t0)
 	res.RSS = peakRSSMiB()
 	if err != nil {
 		return res, err
@@ -478,7 +546,7 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, 
 	d, pub := s.dispatcher(e, keys, nil)
 	defer pub.Close()
 	if warmup > 0 {
-		if err := s.warmUp(ctx, d, warmup*k); err != nil {
+		if err := s.warmUp(ctx, e, d, &sent, warmup*k); err != nil {
 			return res, err
 		}
 		if err := s.copyFrom(ctx, tmpl); err != nil {
@@ -545,6 +613,7 @@ func nudgeE2E(ctx context.Context, e *env, n, k int, profile string, sink bool, 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	e.measuredSince(timeStarted)
 	res.CPU = readCPU().sub(cpu0)
 	res.RSS = peakRSSMiB()
 	walRead = true

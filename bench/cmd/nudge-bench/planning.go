@@ -195,6 +195,7 @@ func plannerRun(ctx context.Context, e *env, n int, res *planningResult) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	e.measuredSince(start)
 	if state != "done" || planned != int64(n) || ended == nil {
 		return fmt.Errorf("the campaign ended %s with %d of %d planned", state, planned, n)
 	}
@@ -265,6 +266,7 @@ func scheduleFileRun(ctx context.Context, e *env, nudgectl string, n int) (float
 		return 0, fmt.Errorf("%w\n%s", err, truncate(string(out), 2000))
 	}
 	elapsed := time.Since(start)
+	e.measuredSince(start)
 	var got int
 	if err := pool.QueryRow(ctx, stmt("ReminderCount")).Scan(&got); err != nil {
 		return 0, err
@@ -297,5 +299,6 @@ func scheduleSQLRun(ctx context.Context, e *env, n int) (float64, error) {
 			return 0, fmt.Errorf("reminder %d: %w", i, err)
 		}
 	}
+	e.measuredSince(start)
 	return float64(n) / time.Since(start).Seconds(), nil
 }

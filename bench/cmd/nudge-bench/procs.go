@@ -191,6 +191,7 @@ func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int
 		}
 		args = append(args, "--cpuprofile", profile)
 	}
+	started := time.Now()
 	w, err := startChild("sms-worker", bins.worker, filepath.Join(bins.dir, "sms-worker.log"), args, keys)
 	if err != nil {
 		return res, err
@@ -253,6 +254,7 @@ func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	e.measuredSince(started)
 	if err := w.stop(); err != nil {
 		return res, err
 	}

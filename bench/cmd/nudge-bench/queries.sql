@@ -59,6 +59,21 @@ SELECT min(at) FILTER (WHERE from_state = 'pending' AND to_state = 'enqueued'),
   FROM reminder_timeline
  WHERE reminder_id < @below;
 
+-- name: RiverSeedCopy
+-- A River run's jobs: the first @n jobs of the template schema %s (quoted by
+-- the caller), which River's InsertMany filled once (riverSeedTemplate),
+-- copied in their order into @queue and stored as InsertMany stores them
+-- (JobInsertFastMany in riverqueue/river): created now, and `available`
+-- scheduled now or, with @scheduled_at, `scheduled` at that time (what
+-- InsertOpts.ScheduledAt does).
+INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, tags, created_at, scheduled_at, state)
+SELECT args, kind, max_attempts, metadata, priority, @queue, tags, now(),
+       coalesce(@scheduled_at::timestamptz, now()),
+       (CASE WHEN @scheduled_at::timestamptz IS NULL THEN 'available' ELSE 'scheduled' END)::river_job_state
+  FROM %[1]s.river_job
+ ORDER BY id
+ LIMIT @n;
+
 -- name: RiverSpan
 SELECT min(attempted_at), max(finalized_at) FROM river_job WHERE queue = @queue;
 
@@ -178,18 +193,29 @@ SELECT id, tenant, channel, due_at, deadline, 'pending', created_at FROM ins
     ON CONFLICT (id) DO NOTHING;
 
 -- name: ScaleUniqueConstraints
--- The unique constraints of reminders (their indexes are built after the load).
-SELECT conname, pg_get_constraintdef(oid), NULL::text, 'reminders'
-  FROM pg_constraint WHERE conrelid = 'reminders'::regclass AND contype = 'u'
- ORDER BY conname;
+-- The unique constraints of reminders (their indexes are built after the load),
+-- with the number of key columns their index compares under a collation
+-- (the costly comparisons of a build: fillScaleTable builds those first; a
+-- text_pattern_ops column compares bytes).
+SELECT c.conname, pg_get_constraintdef(c.oid), NULL::text, 'reminders',
+       (SELECT count(*) FROM unnest(i.indcollation::oid[], i.indclass::oid[]) AS k(coll, opc)
+          JOIN pg_opclass o ON o.oid = k.opc
+         WHERE k.coll <> 0 AND o.opcname NOT LIKE '%pattern_ops')::int
+  FROM pg_constraint c JOIN pg_index i ON i.indexrelid = c.conindid
+ WHERE c.conrelid = 'reminders'::regclass AND c.contype = 'u'
+ ORDER BY c.conname;
 
 -- name: ScaleSecondaryIndexes
 -- The other indexes of reminders and of its state rows (reminder_state,
 -- schema version 32) except the primary keys (kept: the identity appends to
 -- them cheaply, and other tables reference them), with the predicate of a
--- partial one and the table it indexes.
+-- partial one, the table it indexes and its key columns compared under a
+-- collation.
 SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid),
-       i.indrelid::regclass::text
+       i.indrelid::regclass::text,
+       (SELECT count(*) FROM unnest(i.indcollation::oid[], i.indclass::oid[]) AS k(coll, opc)
+          JOIN pg_opclass o ON o.oid = k.opc
+         WHERE k.coll <> 0 AND o.opcname NOT LIKE '%pattern_ops')::int
   FROM pg_index i
  WHERE i.indrelid IN ('reminders'::regclass, 'reminder_state'::regclass) AND NOT i.indisprimary
    AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)

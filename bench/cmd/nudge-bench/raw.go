@@ -146,6 +146,7 @@ func rawSequential(ctx context.Context, e *env, n, window int) (rawResult, error
 		return res, err
 	}
 	res.PublishRate = float64(n) / time.Since(start).Seconds()
+	e.measuredSince(start)
 
 	cch, err := conn.Channel()
 	if err != nil {
@@ -164,6 +165,7 @@ func rawSequential(ctx context.Context, e *env, n, window int) (rawResult, error
 		return res, err
 	}
 	res.ConsumeRate = float64(n) / time.Since(start).Seconds()
+	e.measuredSince(start)
 	return res, nil
 }
 
@@ -238,6 +240,7 @@ func rawBoth(ctx context.Context, e *env, n, window int) (float64, error) {
 	if err := errors.Join(perr, cerr); err != nil {
 		return 0, err
 	}
+	e.measuredSince(start)
 	return float64(n) / last.Sub(start).Seconds(), nil
 }
 

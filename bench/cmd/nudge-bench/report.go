@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -84,6 +85,9 @@ func report(o options, m machine, r results) error {
 		tunedS = append(tunedS, pick(r.tuned[k], func(x riverResult) float64 { return x.Rate }))
 	}
 	if o.chart != "" && o.sections["e2e"] {
+		if err := os.MkdirAll(filepath.Dir(o.chart), 0o755); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
 		if err := drawChart(o.chart, "Throughput vs workers (Nudge reminders/s end to end; River no-op jobs/s)",
 			groups, []series{
 				{Name: "Nudge end to end", Color: color.RGBA{52, 101, 164, 255}, Vals: nudgeS},
@@ -103,6 +107,7 @@ func report(o options, m machine, r results) error {
 	p("Written by `make bench` (`bench/cmd/nudge-bench`, a module of its own so River never enters the main module) on %s, in %s.\n\n",
 		m.When.Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
 	p("Wall time by section, seeding and cleanup included: %s (procs includes building the binaries).\n\n", r.spentLine())
+	p("Of which setup / measurement (the measurement from each run's clock start until the harness sees its end; the setup is the rest: schemas, seeding, warm-ups, table builds, WAL counting, building binaries, cleanup): %s.\n\n", r.splitLine())
 	p("Every figure is the **median of %d runs** with min and max. The runs are interleaved (run 1 of everything, then run 2, …) so a slow minute of the machine spreads over all measurements; the table-scale runs come last, one table size at a time (%d runs on each table).\n\n", o.runs, o.runs)
 	p("Sizes: N = %s reminders (and River jobs) per run for the headline comparison at %d workers; N = %s for the other worker counts, the raw broker and the dispatcher alone; %s per run of the real worker and dispatcher processes. ",
 		thousands(o.n), o.headline, thousands(o.nOther), thousands(o.procN))
@@ -226,7 +231,7 @@ func report(o options, m machine, r results) error {
 	} else {
 		p("![Throughput vs worker count, Nudge vs River](benchmarks-throughput.png)\n\n")
 		p("Nudge: N SMS reminders already due, one dispatcher pass (`Dispatcher.RunOnce`, batch 500, %d reminders per broker message (`--envelope-size`); run again if it fails, as its loop would) and k **in-process** `worker.Worker` instances (default config: concurrency 4, batch 50, prefetch 400), each with its own PostgreSQL pool and AMQP connections, sending to the fake SMS provider (`fakesms.New()` in a process of its own, this binary run with `-serve-fake-provider`, answering at once, over loopback HTTP with a pooled transport). Rate = N / (first claim event → last terminal event), both from the event trail (`reminder_timeline`: stored and folded events). Every reminder delivered in every run: %s.\n\n", envelopeSize, yes(allDelivered(o, r)))
-		p("River %s: the same N no-op jobs inserted with `InsertMany` (before the clock starts) and worked by k `river.Client`s, each with its own pool, in two configurations run one after the other for every worker count and run:\n\n", riverVersion)
+		p("River %s: the same N no-op jobs inserted with `InsertMany` (before the clock starts: once per run of this command into a template schema, then copied into each run's schema as `InsertMany` stores them, created at the copy; `RiverSeedCopy`) and worked by k `river.Client`s, each with its own pool, in two configurations run one after the other for every worker count and run:\n\n", riverVersion)
 		p("- **River, default fetch settings**: `MaxWorkers` %d per client (the in-flight capacity of one Nudge worker: 4 × 50), `FetchCooldown` and `FetchPollInterval` left at River's defaults (%s and %s). The configuration earlier reports measured.\n", riverPerWorker, river.FetchCooldownDefault, river.FetchPollIntervalDefault)
 		p("- **River tuned as `river bench`**: every client configured as River's own benchmark command (`river bench`, `cmd/river/riverbench/river_bench.go` in riverqueue/river) configures its one client, which its comments say performs much better than the client's defaults: `FetchCooldown: %s`, `FetchPollInterval: %s`, `Queues: {river.QueueDefault: {MaxWorkers: %s}}` (per client, so k × %s in all).\n\n",
 			riverBenchFetchCooldown, riverBenchFetchPollInterval, thousands(riverBenchMaxWorkers), thousands(riverBenchMaxWorkers))
@@ -234,7 +239,7 @@ func report(o options, m machine, r results) error {
 			riverPerWorker, river.FetchCooldownDefault, thousands(int(float64(riverPerWorker)/river.FetchCooldownDefault.Seconds())))
 		p("Rate = N / (first `attempted_at` → last `finalized_at`). Nudge / this: the median Nudge rate over this row's median.\n\n")
 		if warmup > 0 {
-			p("**Warm start** (`-warmup %s`): before each run's clock starts, %s reminders per worker go through the same dispatcher and workers (and %s jobs per client through the same River clients, in a queue of their own, before the measured queue is added to them; not River's jobs inserted as scheduled, whose window still opens with their clients' start: warm clients would open it at a random moment of the scheduler's interval), so the measured window holds the steady state and no connection's start: a Nudge worker connection's first statements cost PostgreSQL ~70 ms of CPU (backend, catalog caches, preparation, first plans), which at 4 workers and N = 10,000 was over a quarter of a cold run's CPU. The warm-up's rows and jobs are left out of every figure; `-warmup 0` measures cold starts.\n\n",
+			p("**Warm start** (`-warmup %s`): before each run's clock starts, %s reminders per worker go through the same dispatcher and workers (seeded once and copied, as the measured ones; and %s jobs per client through the same River clients, in a queue of their own, before the measured queue is added to them; not River's jobs inserted as scheduled, whose window still opens with their clients' start: warm clients would open it at a random moment of the scheduler's interval), so the measured window holds the steady state and no connection's start: a Nudge worker connection's first statements cost PostgreSQL ~70 ms of CPU (backend, catalog caches, preparation, first plans), which at 4 workers and N = 10,000 was over a quarter of a cold run's CPU. The warm-up's rows and jobs are left out of every figure; `-warmup 0` measures cold starts.\n\n",
 				thousands(warmup), thousands(warmup), thousands(warmup))
 		}
 		p("| workers | N | system | per second, median | min | max | Nudge / this |\n|---|---|---|---|---|---|---|\n")
@@ -395,13 +400,16 @@ func report(o options, m machine, r results) error {
 		p("- N = %s for every configuration, not only the headline (`make bench BENCH_N_OTHER=%d`, well over 15 minutes).\n", thousands(o.n), o.n)
 	}
 	p("- Latency with the workers as separate processes (the latency runs host them in the harness), and several worker processes at once.\n")
-	p("\n`cd bench && go run ./cmd/nudge-bench -diagnose` runs EXPLAIN (ANALYZE, BUFFERS, WAL) on the dispatcher's statements over N due reminders and samples `pg_stat_activity` every 5 ms during one end-to-end run: where PostgreSQL spends its time, by statement and wait event. `-only scale` (or `latency`, `procs`, …) runs one section; `-h` lists the sizes.\n")
+	p("\n`cd bench && go run ./cmd/nudge-bench -diagnose` runs EXPLAIN (ANALYZE, BUFFERS, WAL) on the dispatcher's statements over N due reminders and samples `pg_stat_activity` every 5 ms during one end-to-end run: where PostgreSQL spends its time, by statement and wait event. `-only scale` (or `latency`, `procs`, …) runs one section and writes its report to `bench/out/benchmarks-only.md` (not here, unless `-out` says so); `-h` lists the sizes.\n")
 	// Hand-written notes below the marker survive a regeneration.
 	p("\n%s\n", notesMarker)
 	if old, err := os.ReadFile(o.out); err == nil {
 		if _, tail, ok := strings.Cut(string(old), notesMarker+"\n"); ok {
 			b.WriteString(tail)
 		}
+	}
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
 	}
 	if err := os.WriteFile(o.out, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("writing the report: %w", err)

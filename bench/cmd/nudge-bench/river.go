@@ -125,43 +125,37 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	var worked atomic.Int64
 	river.AddWorker(workers, noopWorker{worked: &worked})
 	quiet := slog.New(slog.DiscardHandler)
-	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: name, Workers: workers, Logger: quiet})
-	if err != nil {
-		return res, err
-	}
 	// The warm-up (-warmup): not for jobs inserted as scheduled, whose window
 	// starts with the clients' start as it did before: with clients already
 	// running, the window would open at a random moment of the leader's
 	// scheduler interval (5 s), a wait that is River's timing, not its work.
 	warm := warmup
-	const chunk = 2000
-	var opts *river.InsertOpts
+	var scheduledAt *time.Time
 	if cfg == riverScheduled {
-		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(-time.Second)}
+		at := time.Now().Add(-time.Second)
+		scheduledAt = &at
 		warm = 0
 	}
-	// Two inserting at once, as the intake seeds Nudge's runs (setupNudge).
-	var jobs []func(*pgxpool.Conn) error
-	insert := func(n int, opts *river.InsertOpts) {
-		for off := 0; off < n; off += chunk {
-			jobs = append(jobs, func(*pgxpool.Conn) error {
-				params := make([]river.InsertManyParams, 0, chunk)
-				for i := off; i < min(off+chunk, n); i++ {
-					params = append(params, river.InsertManyParams{Args: noopArgs{N: i}, InsertOpts: opts})
-				}
-				if _, err := inserter.InsertMany(ctx, params); err != nil {
-					return fmt.Errorf("river insert: %w", err)
-				}
-				return nil
-			})
-		}
+	tmpl, err := riverSeedTemplate(ctx, e, max(n, warm*k))
+	if err != nil {
+		return res, err
 	}
-	insert(n, opts)
+	copyJobs := func(m int, queue string, at *time.Time) error {
+		q := fmt.Sprintf(stmt("RiverSeedCopy"), pgx.Identifier{tmpl}.Sanitize())
+		if _, err := pool.Exec(ctx, q, pgx.NamedArgs{"n": m, "queue": queue, "scheduled_at": at}); err != nil {
+			return fmt.Errorf("copying River's jobs from %s: %w", tmpl, err)
+		}
+		return nil
+	}
+	if err := copyJobs(n, river.QueueDefault, scheduledAt); err != nil {
+		return res, err
+	}
 	// The warm-up's jobs (-warmup per client), in a queue of their own that
 	// the clients work before the measured default queue is added to them.
-	insert(warm*k, &river.InsertOpts{Queue: riverWarmupQueue})
-	if err := inParallel(ctx, pool, 2, jobs); err != nil {
-		return res, err
+	if warm > 0 {
+		if err := copyJobs(warm*k, riverWarmupQueue, nil); err != nil {
+			return res, err
+		}
 	}
 
 	var clients []*river.Client[pgx.Tx]
@@ -200,7 +194,7 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	}
 	measured := pgx.NamedArgs{"queue": river.QueueDefault}
 	if warm > 0 {
-		if err := riverWarmUp(ctx, pool, start, warm*k); err != nil {
+		if err := riverWarmUp(ctx, pool, start, &worked, warm*k); err != nil {
 			return res, err
 		}
 		for _, c := range clients {
@@ -248,6 +242,7 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	e.measuredSince(started)
 	res.CPU = readCPU().sub(cpu0)
 	res.RSS = peakRSSMiB()
 	if res.WAL, err = wal0.since(ctx, pool); err != nil {
@@ -265,16 +260,92 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	return res, nil
 }
 
+// riverSeed is the template schema every River run copies its jobs from
+// (RiverSeedCopy): jobs inserted with InsertMany once per run of the
+// harness, not once per River run (nine inserts of 100,000 jobs and more in
+// make bench, each seconds of the machine the runs share). The run drops it
+// at its end (dropSeedTemplates).
+var riverSeed struct {
+	schema string
+	jobs   int
+	pool   *pgxpool.Pool
+	drop   func()
+}
+
+// riverSeedTemplate is the schema of River's template, holding at least m
+// no-op jobs (the i-th with N = i, in the default queue), inserted as the
+// runs inserted them before they copied them: InsertMany in chunks of 2,000,
+// two inserting at once, as the intake seeds Nudge's runs (setupNudge).
+func riverSeedTemplate(ctx context.Context, e *env, m int) (string, error) {
+	if riverSeed.pool == nil {
+		name, drop, err := e.newSchema(ctx, "bench_river_seed")
+		if err != nil {
+			return "", err
+		}
+		pool, err := pgxpool.New(ctx, e.schemaURL(name))
+		if err != nil {
+			drop()
+			return "", err
+		}
+		mig, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: name})
+		if err == nil {
+			_, err = mig.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		}
+		if err != nil {
+			pool.Close()
+			drop()
+			return "", fmt.Errorf("river migrate: %w", err)
+		}
+		riverSeed.schema, riverSeed.pool, riverSeed.drop = name, pool, func() { pool.Close(); drop() }
+	}
+	if riverSeed.jobs >= m {
+		return riverSeed.schema, nil
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, noopWorker{worked: new(atomic.Int64)})
+	inserter, err := river.NewClient(riverpgxv5.New(riverSeed.pool), &river.Config{Schema: riverSeed.schema, Workers: workers, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return "", err
+	}
+	const chunk = 2000
+	var jobs []func(*pgxpool.Conn) error
+	for off := riverSeed.jobs; off < m; off += chunk {
+		jobs = append(jobs, func(*pgxpool.Conn) error {
+			params := make([]river.InsertManyParams, 0, chunk)
+			for i := off; i < min(off+chunk, m); i++ {
+				params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
+			}
+			if _, err := inserter.InsertMany(ctx, params); err != nil {
+				return fmt.Errorf("river insert: %w", err)
+			}
+			return nil
+		})
+	}
+	if err := inParallel(ctx, riverSeed.pool, 2, jobs); err != nil {
+		return "", err
+	}
+	riverSeed.jobs = m
+	return riverSeed.schema, nil
+}
+
 // riverWarmupQueue holds a run's warm-up jobs (-warmup).
 const riverWarmupQueue = "warmup"
 
 // riverWarmUp starts the clients (start), which work only the warm-up queue,
 // waits until its m jobs are completed, and stops the clients working it.
-func riverWarmUp(ctx context.Context, pool *pgxpool.Pool, start func() error, m int) error {
+// It asks the database as the measured runs do (pollDB, on the count of
+// Work calls): a count over every job of the table every 50 ms took a share
+// of the cores the warm-up runs on.
+func riverWarmUp(ctx context.Context, pool *pgxpool.Pool, start func() error, worked *atomic.Int64, m int) error {
 	if err := start(); err != nil {
 		return err
 	}
+	var polled time.Time
 	for limit := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if !pollDB(worked, m, polled) {
+			continue
+		}
+		polled = time.Now()
 		var done int
 		if err := pool.QueryRow(ctx, stmt("RiverCompleted"), pgx.NamedArgs{"queue": riverWarmupQueue}).Scan(&done); err != nil {
 			return err

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,7 +61,12 @@ type scaleLayout struct {
 }
 
 // scaleLoadChunk is the rows of one ScaleFill statement; two load at once.
-const scaleLoadChunk = 500_000
+// The first chunk, loaded alone (see fillScaleTable), is scaleFirstChunk
+// rows: while it loads, one of the two cores waits.
+const (
+	scaleLoadChunk  = 500_000
+	scaleFirstChunk = 50_000
+)
 
 // tableRun builds, for one size, a control table of controlSize rows and
 // one of size rows (the smallest size is compared with a control of its own
@@ -87,7 +94,9 @@ func tableRun(ctx context.Context, e *env, o options, st statements, size, contr
 	defer big.close()
 	built = time.Since(started)
 	if scrape {
+		t0 := time.Now()
 		r, err := scrapeRun(ctx, st, ctl, big, size, o.batch)
+		e.measuredSince(t0)
 		if err != nil {
 			return nil, nil, built, err
 		}
@@ -96,6 +105,8 @@ func tableRun(ctx context.Context, e *env, o options, st statements, size, contr
 	if !scale {
 		return nil, sr, built, nil
 	}
+	t0 := time.Now()
+	defer e.measuredSince(t0)
 	res := scaleResult{Size: size, ControlSize: controlSize}
 	res.Due, res.TotalBytes, res.Load, res.Index = big.due, big.totalBytes, big.load, big.index
 	if res.ControlPlan, err = ctl.explainClaim(ctx, st.claim, o.batch); err != nil {
@@ -274,8 +285,8 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 	started := time.Now()
 	block := max(1, total/2-due/2) // the clustered set, in the middle of the table
 	var fills []func(*pgxpool.Conn) error
-	for first := 1; first <= total; first += scaleLoadChunk {
-		last := min(first+scaleLoadChunk-1, total)
+	for first, size := 1, scaleFirstChunk; first <= total; first, size = first+size, scaleLoadChunk {
+		last := min(first+size-1, total)
 		args := pgx.NamedArgs{"first": first, "last": last, "size": total, "due": due, "block": block, "now": now}
 		fills = append(fills, func(c *pgxpool.Conn) error {
 			if _, err := c.Exec(ctx, stmt(fill), args); err != nil {
@@ -290,7 +301,7 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 	// (seconds each at 10M rows). So the first chunk is loaded alone, and
 	// the partial indexes it left empty are built on it and kept during the
 	// rest of the load; a later row that does enter one is simply indexed.
-	var rebuild []string
+	var rebuild []deferredIndex
 	if len(fills) > 1 {
 		if err := inParallel(ctx, pool, 1, fills[:1]); err != nil {
 			return 0, 0, err
@@ -304,7 +315,7 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 				}
 			}
 			if !empty {
-				rebuild = append(rebuild, d.build)
+				rebuild = append(rebuild, d)
 				continue
 			}
 			if _, err := pool.Exec(ctx, d.build); err != nil {
@@ -312,9 +323,7 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 			}
 		}
 	} else {
-		for _, d := range deferred {
-			rebuild = append(rebuild, d.build)
-		}
+		rebuild = deferred
 	}
 	if err := inParallel(ctx, pool, 2, fills); err != nil {
 		return 0, 0, err
@@ -323,7 +332,8 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 
 	started = time.Now()
 	var builds []func(*pgxpool.Conn) error
-	for _, q := range rebuild {
+	for _, d := range buildOrder(rebuild) {
+		q := d.build
 		builds = append(builds, func(c *pgxpool.Conn) error {
 			b0 := time.Now()
 			if _, err := c.Exec(ctx, q); err != nil {
@@ -358,6 +368,20 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 // the table it indexes.
 type deferredIndex struct {
 	drop, build, where, table string
+	collated                  int // key columns compared under a collation
+}
+
+// buildOrder is the order in which the two build sessions take the
+// indexes: the most key columns compared under a collation first (stable
+// otherwise). Their sorts cost the most by far (at 10M rows, 54–67 s for
+// (tenant, key) and (tenant, due_at, id), 33–49 s for (tenant, key
+// text_pattern_ops), 12–26 s for a timestamp's; load 4–12), and a session
+// that takes one last leaves the other idle meanwhile: in list order the two
+// sessions ended 28–42 s apart.
+func buildOrder(xs []deferredIndex) []deferredIndex {
+	out := slices.Clone(xs)
+	slices.SortStableFunc(out, func(a, b deferredIndex) int { return cmp.Compare(b.collated, a.collated) })
+	return out
 }
 
 // scaleDeferredIndexes returns the unique constraints and secondary
@@ -366,6 +390,7 @@ func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) ([]deferredIn
 	type def struct {
 		name, def, table string
 		where            *string
+		collated         int
 	}
 	list := func(query string) ([]def, error) {
 		rows, err := pool.Query(ctx, stmt(query))
@@ -374,7 +399,7 @@ func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) ([]deferredIn
 		}
 		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (def, error) {
 			var d def
-			err := r.Scan(&d.name, &d.def, &d.where, &d.table)
+			err := r.Scan(&d.name, &d.def, &d.where, &d.table, &d.collated)
 			return d, err
 		})
 		if err != nil {
@@ -389,14 +414,14 @@ func scaleDeferredIndexes(ctx context.Context, pool *pgxpool.Pool) ([]deferredIn
 	var out []deferredIndex
 	for _, c := range cons {
 		id := pgx.Identifier{c.name}.Sanitize()
-		out = append(out, deferredIndex{drop: "ALTER TABLE reminders DROP CONSTRAINT " + id, build: "ALTER TABLE reminders ADD CONSTRAINT " + id + " " + c.def, table: c.table})
+		out = append(out, deferredIndex{drop: "ALTER TABLE reminders DROP CONSTRAINT " + id, build: "ALTER TABLE reminders ADD CONSTRAINT " + id + " " + c.def, table: c.table, collated: c.collated})
 	}
 	idx, err := list("ScaleSecondaryIndexes")
 	if err != nil {
 		return nil, err
 	}
 	for _, d := range idx {
-		x := deferredIndex{drop: "DROP INDEX " + d.name, build: d.def, table: d.table} // regclass text: quoted where needed
+		x := deferredIndex{drop: "DROP INDEX " + d.name, build: d.def, table: d.table, collated: d.collated} // regclass text: quoted where needed
 		if d.where != nil {
 			x.where = *d.where
 		}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"slices"
+	"testing"
+)
+
+// A run of some sections only must not replace docs/benchmarks.md or its
+// chart unless told to.
+func TestPartialOutputs(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		set                map[string]bool
+		wantOut, wantChart string
+	}{
+		{"defaults go to bench/out", map[string]bool{"only": true}, "out/benchmarks-only.md", "out/benchmarks-throughput-only.png"},
+		{"an explicit -out is kept", map[string]bool{"out": true}, "/tmp/r.md", "out/benchmarks-throughput-only.png"},
+		{"an explicit -chart is kept", map[string]bool{"chart": true}, "out/benchmarks-only.md", "../docs/benchmarks-throughput.png"},
+	} {
+		out, chart := "../docs/benchmarks.md", "../docs/benchmarks-throughput.png"
+		if tc.set["out"] {
+			out = "/tmp/r.md"
+		}
+		gotOut, gotChart := partialOutputs(out, chart, tc.set)
+		if gotOut != tc.wantOut || gotChart != tc.wantChart {
+			t.Errorf("%s: got %q, %q; want %q, %q", tc.name, gotOut, gotChart, tc.wantOut, tc.wantChart)
+		}
+	}
+}
+
+// The build sessions take the indexes with the most collated key columns
+// first, keeping the list's order otherwise.
+func TestBuildOrder(t *testing.T) {
+	in := []deferredIndex{
+		{build: "logical_key", collated: 2}, {build: "pending_due"}, {build: "pending_tenant", collated: 1},
+		{build: "unsent_deadline"}, {build: "keys", collated: 1},
+	}
+	var got []string
+	for _, d := range buildOrder(in) {
+		got = append(got, d.build)
+	}
+	want := []string{"logical_key", "pending_tenant", "keys", "pending_due", "unsent_deadline"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if in[1].build != "pending_due" {
+		t.Errorf("buildOrder reordered its argument: %v", in)
+	}
+}
