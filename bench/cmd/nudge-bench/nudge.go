@@ -263,10 +263,12 @@ func (s *nudgeSetup) schedule(ctx context.Context, n int, due dueFunc, key strin
 // statements cost PostgreSQL about 70 ms of CPU (its backend, catalog
 // caches, the statements' preparation and first custom plans), paid by every
 // connection of every worker: at 4 workers and N = 10,000, 16 connections'
-// starts were over a quarter of the run's CPU. 5,000 per worker gives each of its
-// 4 connections ~25 batches before the clock, past the 5 custom plans
-// PostgreSQL makes of each statement. 0: none (every run starts cold).
-var warmup = 5000
+// starts were over a quarter of the run's CPU. 2,000 per worker gives each of its
+// 4 connections ~10 batches of 50 before the clock, past the 5 custom plans
+// PostgreSQL makes of each statement (5,000 until 2026-12-02: ~135,000
+// reminders and River jobs of warm-up per make bench, about 50 s of its
+// wall time). 0: none (every run starts cold).
+var warmup = 2000
 
 // warmIDBase numbers the warm-up's reminders and events, above the measured
 // ones; the run's statements count only those below it.
