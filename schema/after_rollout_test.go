@@ -125,10 +125,13 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 	require.NotContains(t, applied, 35)
 	waiting, err := schema.Waiting(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Len(t, waiting, 3, "the regular migration after the step waits for it")
+	require.GreaterOrEqual(t, len(waiting), 3, "the migrations after the step wait for it")
 	require.Equal(t, 35, waiting[0].Version)
 	require.Equal(t, 36, waiting[1].Version)
 	require.Equal(t, 37, waiting[2].Version)
+	for _, m := range waiting[3:] {
+		require.Greater(t, m.Version, 37, "every later one waits too")
+	}
 
 	triggers := func() []string {
 		rows, err := db.Pool.Query(ctx, `SELECT tgname::text FROM pg_trigger
@@ -163,7 +166,8 @@ func TestMigrateAfterRolloutDropsTheMirror(t *testing.T) {
 
 	applied, err = schema.MigrateAfterRollout(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Equal(t, []int{35, 36, 37}, applied)
+	require.Equal(t, []int{35, 36, 37}, applied[:3], "and the regular ones after them (38, ...)")
+	require.Contains(t, applied, 38)
 	waiting, err = schema.Waiting(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Empty(t, waiting)
