@@ -135,6 +135,15 @@ func writers() []writer {
 				_, err := dispatch.ExpireDue(ctx, f.st.Pool(), tNow, tNow, 10000, "d")
 				require.NoError(t, err)
 			})},
+		// The promoter (schema 38) inserts the state row of a lazy reminder,
+		// pending as intake left it: it moves no reminder (a lazy reminder
+		// is pending with its state row or without), and finds the fixture's
+		// rows promoted already.
+		{file: storeSQL, name: "Promote", actors: []reminder.Actor{reminder.Dispatcher}, columnsOnly: true,
+			runs: one("", func(t *testing.T, f *fixture) {
+				_, err := f.st.Promote(ctx, tNow.Add(time.Hour), time.Hour, 10000)
+				require.NoError(t, err)
+			})},
 		{file: storeSQL, name: "Reclaim", actors: []reminder.Actor{reminder.Reconciler},
 			runs: one("", func(t *testing.T, f *fixture) {
 				_, err := f.st.Reclaim(ctx, tNow, time.Minute, 10000, time.Minute, "r")
