@@ -66,7 +66,9 @@ func TestFullRunNeverPrintsSecrets(t *testing.T) {
 		require.Equal(t, 0, code, "%s %v:\n%s", bin, args, p.Output())
 		return p.Output()
 	}
-	run("nudgectl", "migrate", "--declare-topology")
+	// A fresh install: no previous release runs, so the after-rollout steps
+	// too (README); this release's dispatcher needs schema 38.
+	run("nudgectl", "migrate", "--declare-topology", "--after-rollout")
 
 	conn, err := pgx.Connect(ctx, dbURL)
 	require.NoError(t, err)
