@@ -100,3 +100,30 @@ func TestRunCatchesUpInBoundedPasses(t *testing.T) {
 	require.Equal(t, 3, sum.Batches, "a claim after each pass of 5: up to the 5th's due time, the 10th's, then all")
 	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 12}, b.states(t))
 }
+
+// With the broker down a run only expires what is past its deadline, and a
+// lazy reminder is among them only once promoted: the expire-only path runs
+// the promoter first, so a reminder intake left without its state row is
+// still never delivered late nor left pending past its deadline.
+func TestBrokerDownRunPromotesThenExpiresALazyReminder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lazyHorizon(t, "2 hours")
+	due := b.now.Add(2*time.Hour + 5*time.Minute)
+	out, err := intake.ScheduleMany(context.Background(), b.db.Pool, []intake.Request{{Tenant: "acme", Key: "late-0",
+		Channel: reminder.SMS, Recipient: "+14155550000", Template: "course-expiry", DueAt: due,
+		Deadline: due.Add(time.Minute)}})
+	require.NoError(t, err)
+	require.Equal(t, intake.Created, out[0].Status)
+	require.Equal(t, "none", b.stateOf(t, "late-0"), "lazy intake left its state row out")
+	b.lazyHorizon(t, "4 hours") // as in TestRunPromotesThenClaimsNothingEarly
+
+	f := clock.NewFake(due.Add(5 * time.Minute)) // past its deadline
+	sum, err := b.gated(closedBroker, f, dispatch.Config{PromoteAhead: 3 * time.Hour}).RunOnce(context.Background())
+	require.ErrorIs(t, err, dispatch.ErrBrokerUnavailable)
+	require.True(t, sum.BrokerDown)
+	require.EqualValues(t, 1, sum.Promoted)
+	require.Equal(t, 1, sum.Expired)
+	require.Zero(t, sum.Claimed)
+	require.Equal(t, "expired", b.stateOf(t, "late-0"))
+}
