@@ -410,6 +410,7 @@ func report(o options, m machine, r results) error {
 		p("- N = %s for every configuration, not only the headline (`make bench BENCH_N_OTHER=%d`, well over 15 minutes).\n", thousands(o.n), o.n)
 	}
 	p("- Latency with the workers as separate processes (the latency runs host them in the harness), and several worker processes at once.\n")
+	p("- The scale tables in the due-ordered store's steady state: `reminder_state` also holding a retention window's terminal rows (the promoted ids then land on random leaves of its primary key); the promoter under a long web transaction (re-scans); the full layout (every state row at intake), measured until 2026-12-02.\n")
 	p("\n`cd bench && go run ./cmd/nudge-bench -diagnose` runs EXPLAIN (ANALYZE, BUFFERS, WAL) on the dispatcher's statements over N due reminders and samples `pg_stat_activity` every 5 ms during one end-to-end run: where PostgreSQL spends its time, by statement and wait event. `-only scale` (or `latency`, `procs`, …) runs one section and writes its report to `bench/out/benchmarks-only.md` (not here, unless `-out` says so); `-h` lists the sizes.\n")
 	// Hand-written notes below the marker survive a regeneration.
 	p("\n%s\n", notesMarker)
