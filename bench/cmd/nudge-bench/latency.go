@@ -134,7 +134,10 @@ func burstRun(ctx context.Context, e *env, n, k int, every time.Duration) (laten
 // terminal.
 func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.Duration, k int, every time.Duration) (latencyResult, error) {
 	// Seed far ahead (the intake takes seconds), then move the stream to
-	// start a moment after the workers and the dispatcher are up.
+	// start a moment after the workers and the dispatcher are up. Far, but
+	// within lazy intake's horizon (2 hours, LazyIntakeOn): ShiftDue moves
+	// state rows, and a reminder due past the horizon gets none at intake
+	// (the promoter would insert it, in the measured seconds).
 	seeded := time.Now().Add(time.Hour)
 	s, err := setupNudge(ctx, e, res.N, func(i int) (time.Time, time.Time) {
 		due := seeded.Add(time.Duration(i) * gap)
@@ -144,6 +147,13 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 		return res, err
 	}
 	defer s.cleanup()
+	var lazy int
+	if err := s.pool.QueryRow(ctx, stmt("LazySeeded")).Scan(&lazy); err != nil {
+		return res, fmt.Errorf("counting lazy reminders: %w", err)
+	}
+	if lazy != 0 {
+		return res, fmt.Errorf("%d of %d seeded reminders are lazy (no state row for ShiftDue to move): seed within lazy intake's horizon", lazy, res.N)
+	}
 	keys, err := message.ParseKeys(signingKeys)
 	if err != nil {
 		return res, err

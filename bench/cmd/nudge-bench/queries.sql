@@ -8,12 +8,11 @@
 -- measures state (how many reminders are terminal, delivered, due, and the
 -- times of their moves) reads reminder_state (schema version 32: the state
 -- columns, mirrored from reminders until the next release drops them
--- there). What the harness seeds goes to both tables, its own statements
--- writing each reminder's state row, and what it moves goes to
--- reminder_state: the bench measures the release after its rollout, the
--- mirror dropped (migrate in sql.go), and nothing here relies on it. With
--- the mirror on, the mirror finds the state rows made (ON CONFLICT DO
--- NOTHING) and copies the moves back to reminders.
+-- there). The bench measures the release after its rollout, lazy intake on
+-- (migrate in sql.go): the end-to-end, latency and burst seeds are due
+-- within lazy intake's horizon, so intake gives each its state row and what
+-- the harness moves goes to reminder_state; the scale tables are lazy, their
+-- state rows the promoter's (ScaleFill).
 
 -- ---------------------------------------------------------------- progress
 
@@ -96,10 +95,16 @@ SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000
 -- then moves the whole stream to start at @start: seeding takes longer than
 -- the lead a stream can be given, and the intake must not share the
 -- measured seconds. The state row holds due_at and deadline (the claim
--- reads them there); with migration 32's mirror on, it copies them back to
--- reminders.
+-- reads them there; the seed is due within lazy intake's horizon, so every
+-- reminder has one: streamRun checks LazySeeded); with migration 32's
+-- mirror on, it copies them back to reminders.
 UPDATE reminder_state SET due_at = due_at + (@start::timestamptz - @seeded::timestamptz),
                           deadline = deadline + (@start::timestamptz - @seeded::timestamptz);
+
+-- name: LazySeeded
+-- Reminders intake left without their state row (due past lazy intake's
+-- horizon): ShiftDue would not move them.
+SELECT count(*) FROM reminders WHERE lazy;
 
 -- name: VacuumAfterShift
 -- After ShiftDue, before the stream starts: the moved state rows' dead
@@ -151,46 +156,42 @@ SELECT count(*) FILTER (WHERE state = 'delivered'), min(due_at), max(finished_at
 
 -- name: ScaleFill
 -- Rows @first..@last of a table of @size reminders in all, the one layout
--- of the scale (claim) and scrape sections, which share each table. Two sets
--- of @due rows each are pending SMS due before @now: the "clustered" set is
--- a block of consecutive ids in the middle of the table (@block onwards), due
--- first, one after the other over the 50 minutes from two hours before @now
--- (the scrape's backlog is its first rows: the scrape's clock stops where
--- they end); the "spread" set is spread evenly over the rest of the id range,
--- as reminders scheduled on different days are, due in the hour before
--- @now. Every other row is pending and scheduled for later, over the 30 days
--- after tomorrow (as a SaaS that schedules ahead holds them: issue 18),
--- channels alternating: in the claim's partial index past its cutoff, in no
--- index of work. The idempotency key is a stand-in of the real key's width
--- (the claim returns it and nothing checks it), so the load costs no SHA-256
--- per row. Each row's state row is inserted by the same statement (the
--- mirror of migration 32, when on, then finds it made).
-WITH ins AS (
-    INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
-                           created_at)
-    SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
-           CASE WHEN t.channel = 'sms' THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
-           'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
-           CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
-           'nudge-' || lpad(to_hex(i), 64, '0'), @now::timestamptz - interval '1 day'
-      FROM generate_series(@first::bigint, @last::bigint) AS i,
-           -- j numbers the rows outside the block 1..@size-@due
-           LATERAL (SELECT i >= @block::bigint AND i < @block::bigint + @due::bigint AS clustered,
-                           CASE WHEN i < @block::bigint THEN i ELSE i - @due::bigint END AS j,
-                           @size::bigint - @due::bigint AS rest) b,
-           LATERAL (SELECT NOT b.clustered AND (b.j * @due::bigint / b.rest) <> ((b.j - 1) * @due::bigint / b.rest) AS spread) s,
-           LATERAL (SELECT b.clustered OR s.spread AS is_due,
-                           CASE WHEN b.clustered OR s.spread OR i % 2 = 0 THEN 'sms' ELSE 'email' END AS channel,
-                           CASE WHEN b.clustered
-                                THEN @now::timestamptz - interval '2 hours' + (i - @block::bigint) * interval '50 minutes' / @due::bigint
-                                WHEN s.spread
-                                THEN @now::timestamptz - interval '1 hour' + b.j * interval '50 minutes' / b.rest
-                                ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t
-    RETURNING id, tenant, channel, due_at, deadline, created_at
-)
-INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, state, updated_at)
-SELECT id, tenant, channel, due_at, deadline, 'pending', created_at FROM ins
-    ON CONFLICT (id) DO NOTHING;
+-- of the scale (claim) and scrape sections, which share each table, as
+-- production holds it once lazy intake is on (schema 44, after the rollout):
+-- every row is lazy (reminders.lazy, in the partial index
+-- reminders_due_order) and none has a reminder_state row; the promoter
+-- (store.Promote, scale.go's promoteTables) inserts the state rows of the
+-- due sets, in due order, before the claims. Two sets of @due rows each are
+-- SMS due before @now: the "clustered" set is a block of consecutive ids in
+-- the middle of the table (@block onwards), due first, one after the other
+-- over the 50 minutes from two hours before @now (the scrape's backlog is
+-- its first rows: the scrape's clock stops where they end); the "spread"
+-- set is spread evenly over the rest of the id range, as reminders
+-- scheduled on different days are, due in the hour before @now. Every other
+-- row is scheduled for later, over the 30 days after tomorrow (as a SaaS
+-- that schedules ahead holds them: issue 18), channels alternating. The
+-- idempotency key is a stand-in of the real key's width (the claim returns
+-- it and nothing checks it), so the load costs no SHA-256 per row.
+INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key,
+                       created_at, lazy)
+SELECT 'tenant-' || (i % 16), 'scale:' || i, t.channel,
+       CASE WHEN t.channel = 'sms' THEN '+1415' || lpad((i % 10000000)::text, 7, '0') ELSE 'u' || i || '@example.com' END,
+       'course-expiry', '{"course": "Go 101"}'::jsonb, t.due_at,
+       CASE WHEN t.is_due THEN @now::timestamptz + interval '2 hours' ELSE t.due_at + interval '1 day' END,
+       'nudge-' || lpad(to_hex(i), 64, '0'), @now::timestamptz - interval '1 day', true
+  FROM generate_series(@first::bigint, @last::bigint) AS i,
+       -- j numbers the rows outside the block 1..@size-@due
+       LATERAL (SELECT i >= @block::bigint AND i < @block::bigint + @due::bigint AS clustered,
+                       CASE WHEN i < @block::bigint THEN i ELSE i - @due::bigint END AS j,
+                       @size::bigint - @due::bigint AS rest) b,
+       LATERAL (SELECT NOT b.clustered AND (b.j * @due::bigint / b.rest) <> ((b.j - 1) * @due::bigint / b.rest) AS spread) s,
+       LATERAL (SELECT b.clustered OR s.spread AS is_due,
+                       CASE WHEN b.clustered OR s.spread OR i % 2 = 0 THEN 'sms' ELSE 'email' END AS channel,
+                       CASE WHEN b.clustered
+                            THEN @now::timestamptz - interval '2 hours' + (i - @block::bigint) * interval '50 minutes' / @due::bigint
+                            WHEN s.spread
+                            THEN @now::timestamptz - interval '1 hour' + b.j * interval '50 minutes' / b.rest
+                            ELSE @now::timestamptz + interval '1 day' + (i % 2592000) * interval '1 second' END AS due_at) t;
 
 -- name: ScaleUniqueConstraints
 -- The unique constraints of reminders (their indexes are built after the load),
@@ -222,20 +223,56 @@ SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), pg_get_expr(
  ORDER BY 4, 1;
 
 -- name: ScaleShape
--- What the built table holds: rows, pending rows due by @now, and its size
--- with indexes and TOAST: reminders and its state rows (reminder_state, where
--- the claim reads since schema version 32) together.
-SELECT count(*), count(*) FILTER (WHERE state = 'pending' AND due_at <= @now),
+-- What the built table holds, before the promotion: reminders, those due by
+-- @now (both due sets), those not lazy (none: every one is), the state rows
+-- (none), and the size with indexes and TOAST of reminders and
+-- reminder_state together.
+SELECT count(*), count(*) FILTER (WHERE due_at <= @now), count(*) FILTER (WHERE NOT lazy),
+       (SELECT count(*) FROM reminder_state),
        pg_total_relation_size('reminders') + pg_total_relation_size('reminder_state')
-  FROM reminder_state;
+  FROM reminders;
+
+-- name: ScalePromoterFrom
+-- The promoter's watermark of a dispatcher whose last pass ran before the
+-- table's reminders were written (@from: their created_at): no sweep in
+-- progress, nothing provisional. The migration set final_until to its own
+-- clock, after the due sets' due times, which would leave them below the
+-- final watermark without their state rows: a state no dispatcher leaves.
+UPDATE nudge_promoter
+   SET final_until = @from, prov_until = NULL, prov_wait = '{}', sweep_until = NULL, sweep_wait = NULL,
+       sweep_prev_done = NULL, cursor_due = NULL, cursor_id = NULL, passed_at = NULL, ahead = NULL;
+
+-- name: DatabaseClock
+SELECT statement_timestamp();
+
+-- name: BackendPID
+SELECT pg_backend_pid();
+
+-- name: ScalePromoted
+-- What the promotion left (scale.go checks it): state rows, those pending
+-- and due by @now, lazy reminders due by @now still without their state row
+-- (whatever the watermark says: none), the final watermark, and how many
+-- reminders nudge_unpromoted_due (the scrape's and nudgectl stats' read)
+-- finds due by @now without a state row.
+SELECT (SELECT count(*) FROM reminder_state),
+       (SELECT count(*) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
+       (SELECT count(*) FROM reminders r
+         WHERE r.lazy AND r.due_at <= @now AND NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = r.id)),
+       (SELECT final_until FROM nudge_promoter),
+       (SELECT coalesce(sum(n), 0)::bigint FROM nudge_unpromoted_due(@now));
 
 -- name: CountEveryOpenRow
 -- What the DB collector counted per scrape before migration 0023: every open
--- row, those scheduled for later included (on the state rows, where the
--- state is kept since migration 32).
+-- row, those scheduled for later included, in this layout (lazy: a reminder
+-- not yet promoted has no state row and is pending): the state rows by
+-- channel and state, and the lazy reminders without one.
 SELECT channel, state, count(*) FROM reminder_state
  WHERE state IN ('pending', 'leased', 'enqueued', 'sending', 'retrying', 'quarantined')
- GROUP BY 1, 2;
+ GROUP BY 1, 2
+UNION ALL
+SELECT r.channel, 'pending', count(*) FROM reminders r
+ WHERE r.lazy AND NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = r.id)
+ GROUP BY 1;
 
 -- name: WALHold
 -- A temporary physical replication slot, reserving the WAL from now on until
@@ -314,6 +351,20 @@ SELECT nudge_schedule($1, $2, $3, $4, $5, $6::jsonb, $7, $8);
 SELECT count(*) FROM reminders;
 
 -- -------------------------------------------------------------- seeding
+
+-- name: LazyIntakeOn
+-- Lazy intake on, as the after-rollout step of schema 44 leaves production
+-- (sql.go's migrate runs this after the migrations, so the bench does not
+-- depend on whether that migration is merged yet): a reminder due at least 2
+-- hours after intake's clock gets no state row until the promoter's.
+UPDATE nudge_lazy_intake SET horizon = interval '2 hours';
+
+-- name: DropStateKey
+-- The same step drops reminder_state's foreign key (the promotion's cost:
+-- a row lock on the reminder per state row inserted); IF EXISTS, so it runs
+-- on a schema that step already migrated.
+ALTER TABLE reminder_state DROP CONSTRAINT IF EXISTS reminder_state_id_fkey;
+
 
 -- name: SeedCopy
 -- An end-to-end run's reminders, copied from the template schema the intake

@@ -108,6 +108,7 @@ func report(o options, m machine, r results) error {
 		m.When.Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
 	p("Wall time by section, seeding and cleanup included: %s (procs includes building the binaries).\n\n", r.spentLine())
 	p("Of which setup / measurement (the measurement from each run's clock start until the harness sees its end; the setup is the rest: schemas, seeding, warm-ups, table builds, WAL counting, building binaries, cleanup): %s.\n\n", r.splitLine())
+	p("Every schema is migrated as production runs once this release is rolled out: every migration, the after-rollout ones included, then lazy intake on (a horizon of 2 hours, reminders due later get their state row from the dispatcher's promoter) and `reminder_state`'s foreign key dropped, as schema 44's after-rollout step does. The end-to-end, latency and burst reminders are due within the horizon, so intake gives each its state row; the scale tables (sections 4 and 4b) hold reminders scheduled for later without one.\n\n")
 	p("Every figure is the **median of %d runs** with min and max. The runs are interleaved (run 1 of everything, then run 2, …) so a slow minute of the machine spreads over all measurements; the table-scale runs come last, one table size at a time (%d runs on each table).\n\n", o.runs, o.runs)
 	p("Sizes: N = %s reminders (and River jobs) per run for the headline comparison at %d workers; N = %s for the other worker counts, the raw broker and the dispatcher alone; %s per run of the real worker and dispatcher processes. ",
 		thousands(o.n), o.headline, thousands(o.nOther), thousands(o.procN))
@@ -187,7 +188,16 @@ func report(o options, m machine, r results) error {
 		}{{"clustered", big.Clustered, big.ControlClustered}, {"spread", big.Spread, big.ControlSpread}} {
 			bg, sm := summarize(l.big.Rates).Median, summarize(l.ctl.Rates).Median
 			rt := ratio(bg, sm)
-			p("| claim rate at %s rows within 20%% of %s (≥ 0.80×), due rows %s | %.2f (%.0f / %.0f rows/s) | %s |\n",
+			p("| claim rate at %s rows within 20%% of %s (≥ 0.80×), due rows %s (lazy layout, promoted before) | %.2f (%.0f / %.0f rows/s) | %s |\n",
+				rowsLabel(big.Size), rowsLabel(big.ControlSize), l.name, rt, bg, sm, yes(rt >= 0.8))
+		}
+		for _, l := range []struct {
+			name     string
+			big, ctl scaleLayout
+		}{{"clustered", big.Clustered, big.ControlClustered}, {"spread", big.Spread, big.ControlSpread}} {
+			bg, sm := summarize(l.big.promoteClaimRates()).Median, summarize(l.ctl.promoteClaimRates()).Median
+			rt := ratio(bg, sm)
+			p("| promote+claim rate at %s rows within 20%% of %s (≥ 0.80×), due rows %s (the promoter's time counted) | %.2f (%.0f / %.0f rows/s) | %s |\n",
 				rowsLabel(big.Size), rowsLabel(big.ControlSize), l.name, rt, bg, sm, yes(rt >= 0.8))
 		}
 	} else {
@@ -400,6 +410,7 @@ func report(o options, m machine, r results) error {
 		p("- N = %s for every configuration, not only the headline (`make bench BENCH_N_OTHER=%d`, well over 15 minutes).\n", thousands(o.n), o.n)
 	}
 	p("- Latency with the workers as separate processes (the latency runs host them in the harness), and several worker processes at once.\n")
+	p("- The scale tables in the due-ordered store's steady state: `reminder_state` also holding a retention window's terminal rows (the promoted ids then land on random leaves of its primary key); the promoter under a long web transaction (re-scans); the full layout (every state row at intake), measured until 2026-12-02.\n")
 	p("\n`cd bench && go run ./cmd/nudge-bench -diagnose` runs EXPLAIN (ANALYZE, BUFFERS, WAL) on the dispatcher's statements over N due reminders and samples `pg_stat_activity` every 5 ms during one end-to-end run: where PostgreSQL spends its time, by statement and wait event. `-only scale` (or `latency`, `procs`, …) runs one section and writes its report to `bench/out/benchmarks-only.md` (not here, unless `-out` says so); `-h` lists the sizes.\n")
 	// Hand-written notes below the marker survive a regeneration.
 	p("\n%s\n", notesMarker)
@@ -506,12 +517,15 @@ func reportScale(p func(string, ...any), o options, m machine, r results) {
 	ctl := rowsLabel(r.scale[0].ControlSize)
 	p("The dispatcher's claim (`store.ClaimDue`, the statement `Dispatcher.RunOnce` runs, batch %d, one transaction per batch) against tables of different sizes, each a schema of its own migrated with the real migrations, filled with `INSERT … SELECT generate_series` and dropped before the next is built. ", o.batch)
 	p("Beside each lives a fresh **control** table of %s rows built the same way, and the claims alternate between the two batch by batch (control, table, table, control, …), so each size is compared with claims taken within milliseconds of its own on a machine whose load moves all the time; a run's rate is its rows over its own statements' time, and the ratio is the table's median over its control's.\n\n", ctl)
-	p("A table's size counts the rows the claim should not care about: every one pending and scheduled for later, over the 30 days after tomorrow (in the claim's partial index, past the cutoff), channels alternating, for 16 tenants (id mod 16): the table of section 4b, which shares it (until 2026-12-01 the rows besides the due ones were one in five pending, the rest terminal over 90 days). **On top of them** every table holds the same two sets of %d × %s pending rows due before the cutoff, so the claims do the same work whatever the size: **clustered**, a block of consecutive ids (as rows scheduled together are stored together), and **spread**, evenly over the whole id range (as reminders scheduled on different days for the same hour are): at 1M rows and more the claim then touches one heap page per row, which a large table does not keep in PostgreSQL's buffer cache (`shared_buffers` %s here; the OS page cache holds the rest). ",
+	p("**The layout is the due-ordered store's, as production holds it once lazy intake is on** (schema 44, after the rollout; every schema the harness migrates runs with lazy intake on, a horizon of 2 hours, and without `reminder_state`'s foreign key): every reminder is lazy (`reminders.lazy`, in the partial index `reminders_due_order`) and none has a `reminder_state` row when the table is built. ")
+	p("A table's size counts the rows the claim should not care about: every one scheduled for later, over the 30 days after tomorrow (no state row, so in no index of `reminder_state` at all), channels alternating, for 16 tenants (id mod 16): the table of section 4b, which shares it. **On top of them** every table holds the same two sets of %d × %s reminders due before the cutoff, so the claims do the same work whatever the size: **clustered**, a block of consecutive ids (as rows scheduled together are stored together), and **spread**, evenly over the whole id range (as reminders scheduled on different days for the same hour are; `shared_buffers` %s here). ",
 		o.runs, thousands(o.scalePerRun), m.SharedBuffers)
-	p("Unique constraints and secondary indexes are built after the load (as a restore would; the partial indexes that the first chunk of rows leaves empty, in-flight and terminal ones, are built on it and kept during the rest of the load, which spares a scan of the whole heap each), then the table is analyzed and a checkpoint taken; autovacuum is off for the table so that a vacuum of gigabytes cannot start during the claims. ")
-	p("Each run claims %s rows from each table in batches of %d, with the cutoff at build time: runs 1–%d take the clustered set (due first), runs %d–%d the spread one (the batch at the boundary may mix them), and each starts where the previous one stopped (its index walk passes the entries the previous claims left dead until a vacuum, as the dispatcher's does). The tables hold no event history (`reminder_events` gets only the claims' own events): the claim only appends to it.\n\n",
+	p("Their state rows are inserted by the **promoter** (`store.Promote`, the dispatcher's pass: up to the database's clock plus H = %g h, %s reminders a pass, in (due_at, id) order), timed, before the scrapes and the claims, as a dispatcher whose last pass ran before the reminders were written runs it: passes until its sweep completes, then a second sweep that scans the range again and moves the final watermark past the due sets, where a running dispatcher leaves it (so 4b's read of `nudge_unpromoted_due` reads the range a caught-up promoter leaves). Passes alternate between the table and its control. ", promoteAhead.Hours(), thousands(promoteLimit))
+	p("Unique constraints and secondary indexes are built after the load (as a restore would; the partial indexes that the first chunk of rows leaves empty are built on it and kept during the rest of the load), then the table is vacuumed and analyzed (as autovacuum does after a bulk insert: the promoter's scan is index-only) and a checkpoint taken; `reminder_state` is analyzed after the promotion; autovacuum is off for both tables so that a vacuum of gigabytes cannot start during the claims. ")
+	p("Each run claims %s rows from each table in batches of %d, with the cutoff at build time: runs 1–%d take the clustered set (due first), runs %d–%d the spread one (the batch at the boundary may mix them), and each starts where the previous one stopped (its index walk passes the entries the previous claims left dead until a vacuum, as the dispatcher's does). The tables hold no event history (`reminder_events` gets only the claims' own events): the claim only appends to it. ",
 		thousands(o.scalePerRun), o.batch, o.runs, o.runs+1, 2*o.runs)
-	p("| size (rows besides the due ones) | due rows | table + indexes | loaded + indexed in | claimed rows/s median | min | max | ms per claim, p50 | p99 | control (%s) rows/s median | table / control |\n|---|---|---|---|---|---|---|---|---|---|---|\n", ctl)
+	p("**Promote+claim** counts the promotion as the claim's work: a run's rows over its claims' time plus its rows' share of the promoter's time for that set (both sweeps; each pass's time split by the rows it read of each set).\n\n")
+	p("| size (rows besides the due ones) | due rows | table + indexes | loaded + indexed in | claimed rows/s median | min | max | ms per claim, p50 | p99 | control (%s) rows/s median | table / control | promote+claim rows/s median | control | table / control |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", ctl)
 	for _, lay := range []string{"clustered", "spread"} {
 		for _, s := range r.scale {
 			l, c := s.Clustered, s.ControlClustered
@@ -519,17 +533,46 @@ func reportScale(p func(string, ...any), o options, m machine, r results) {
 				l, c = s.Spread, s.ControlSpread
 			}
 			rates, crates := summarize(l.Rates), summarize(c.Rates)
-			p("| %s | %s | %s | %s + %s | %s | %.1f | %.1f | %.0f | %.2f |\n", thousands(s.Size), lay, byteSize(s.TotalBytes),
+			pc, cpc := summarize(l.promoteClaimRates()).Median, summarize(c.promoteClaimRates()).Median
+			p("| %s | %s | %s | %s + %s | %s | %.1f | %.1f | %.0f | %.2f | %.0f | %.0f | %.2f |\n", thousands(s.Size), lay, byteSize(s.TotalBytes),
 				s.Load.Round(time.Second), s.Index.Round(time.Second), fmtS(rates),
-				percentile(l.BatchMs, 0.5), percentile(l.BatchMs, 0.99), crates.Median, ratio(rates.Median, crates.Median))
+				percentile(l.BatchMs, 0.5), percentile(l.BatchMs, 0.99), crates.Median, ratio(rates.Median, crates.Median),
+				pc, cpc, ratio(pc, cpc))
 		}
 	}
-	p("\nWhat the planner makes of the claim on each table (`EXPLAIN (FORMAT JSON)` of the statement in `internal/store/queries.sql`, with a batch of %d, before the runs): its cost estimate, and whether PostgreSQL JIT-compiles it — which it does on every execution once the estimate passes `jit_above_cost` (%s).\n\n", o.batch, m.JIT)
+	p("\nThe promotion of each set (one measurement per table: the passes before the runs), on the table and on its control: the state rows inserted per second of the first sweep's passes, and the backend's CPU per row (`/proc/<pid>/schedstat` of the one connection the passes use); the re-scan is the second sweep's passes over the same reminders (nothing inserted: each a primary-key probe), counted in promote+claim.\n\n")
+	p("| size | due rows | state rows inserted | promotion rows/s | control | CPU µs per row | control | re-scan ms | control |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, lay := range []string{"clustered", "spread"} {
+		for _, s := range r.scale {
+			l, c := s.Clustered.Promoted, s.ControlClustered.Promoted
+			if lay == "spread" {
+				l, c = s.Spread.Promoted, s.ControlSpread.Promoted
+			}
+			p("| %s | %s | %s | %.0f | %.0f | %s | %s | %.0f | %.0f |\n", thousands(s.Size), lay, thousands(int(l.Rows)),
+				perSec(l.Rows, l.FirstSec), perSec(c.Rows, c.FirstSec), cpuPerRow(l), cpuPerRow(c), 1000*l.RescanSec, 1000*c.RescanSec)
+		}
+	}
+	p("\nWhat the planner makes of the claim on each table (`EXPLAIN (FORMAT JSON)` of the statement in `internal/store/queries.sql`, with a batch of %d, before the runs, after the promotion): its cost estimate, and whether PostgreSQL JIT-compiles it — which it does on every execution once the estimate passes `jit_above_cost` (%s).\n\n", o.batch, m.JIT)
 	p("| size | claim's cost estimate | JIT | control's estimate | control JIT |\n|---|---|---|---|---|\n")
 	for _, s := range r.scale {
 		p("| %s | %.0f | %s | %.0f | %s |\n", thousands(s.Size), s.Plan.Cost, jitLabel(s.Plan), s.ControlPlan.Cost, jitLabel(s.ControlPlan))
 	}
 	p("\n")
+}
+
+func perSec(n int64, sec float64) float64 {
+	if sec <= 0 {
+		return 0
+	}
+	return float64(n) / sec
+}
+
+// cpuPerRow is the first sweep's backend CPU per state row inserted, µs.
+func cpuPerRow(s promoterShare) string {
+	if !s.CPUKnown || s.Rows == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", 1e6*s.FirstCPU/float64(s.Rows))
 }
 
 func jitLabel(c claimPlan) string {
@@ -648,10 +691,10 @@ func truncate(s string, n int) string {
 
 func reportScrape(p func(string, ...any), o options, r results) {
 	ctl := rowsLabel(o.controlSize)
-	p("The reconciler's two periodic costs against tables of reminders **scheduled for later** (issue 18: a SaaS that schedules months ahead holds tens of millions), measured on section 4's tables before their claims (the two sections share every table: built once, measured for both, dropped once): every row pending, besides section 4's due sets all due over the 30 days after tomorrow. ")
+	p("The reconciler's two periodic costs against tables of reminders **scheduled for later** (issue 18: a SaaS that schedules months ahead holds tens of millions), measured on section 4's tables after the promotion and before their claims (the two sections share every table: built once, measured for both, dropped once): every reminder besides section 4's due sets is due over the 30 days after tomorrow, lazy, without a state row, and the due sets' state rows are the promoter's, with its final watermark where a caught-up dispatcher leaves it (section 4), so the scrape's read of the reminders due without a state row (`nudge_unpromoted_due`) is the empty range it reads in production. ")
 	p("Both sections' due sets are in every table, so the scrape's clock (the collector's and the pass's `now`) is set to the moment the first %s rows of the clustered set are due and no other: a backlog of %s due rows, the same at every size, and nothing in flight or owed. ", thousands(scrapeBacklog), thousands(scrapeBacklog))
 	p("A **scrape** is one `Gather` of a registry holding only the DB collector (`internal/metrics`, one statement); a **pass** is the three statements of a reconciler pass that finds nothing owed (`ExpireOverdue`, `ResolveExpiredLeases`, `Reclaim`; the broker's part of a pass does not read the table). ")
-	p("%d of each on the table and on its %s control, alternating table by table (control, table, table, control, …) after %d untimed ones on each, so both are warmed alike and see the same moments of the machine; the ratio is the table's median over its control's. For contrast, the last column is what the scrape's count of open reminders cost before migration 0023 (every open row by channel and state, those scheduled for later included; 3 runs): what a scrape paid per reminder scheduled.\n\n", scrapeTimes, ctl, scrapeWarmup)
+	p("%d of each on the table and on its %s control, alternating table by table (control, table, table, control, …) after %d untimed ones on each, so both are warmed alike and see the same moments of the machine; the ratio is the table's median over its control's. For contrast, the last column is what the scrape's count of open reminders cost before migration 0023 (every open row by channel and state, those scheduled for later included, in this layout the state rows and the lazy reminders without one; 3 runs): what a scrape paid per reminder scheduled.\n\n", scrapeTimes, ctl, scrapeWarmup)
 	p("| scheduled rows | table + indexes | scrape ms median | min | max | control (%s) median | table / control | pass ms median | min | max | control median | table / control | count of every open row (before 0023), ms median |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", ctl)
 	for _, s := range r.scrape {
 		sc, sctl := summarize(s.ScrapeMs), summarize(s.CtlScrapeMs)
@@ -733,7 +776,7 @@ func riverCosts(rs []riverResult) []runCost {
 }
 
 func reportBurst(p func(string, ...any), o options, r results) {
-	p("%s SMS reminders seeded through the intake far ahead, then moved to be due in the **same second** (a class reminded at 9:00), with %d in-process workers and the dispatcher in its loop (a pass every %s), as in section 3. Due → last terminal is from that second to the last reminder's `finished_at`; CPU and WAL are counted from the move until every reminder is terminal, as in section 1.\n\n",
+	p("%s SMS reminders seeded through the intake an hour ahead (within lazy intake's 2-hour horizon, so each gets its state row at intake, which the move moves), then moved to be due in the **same second** (a class reminded at 9:00), with %d in-process workers and the dispatcher in its loop (a pass every %s), as in section 3. Due → last terminal is from that second to the last reminder's `finished_at`; CPU and WAL are counted from the move until every reminder is terminal, as in section 1.\n\n",
 		thousands(o.nOther), o.headline, o.latencyEvery)
 	p("| N | due → last terminal, s median | min | max | delivered per second | CPU s per 1,000: PostgreSQL | RabbitMQ | harness | WAL records per item | their bytes per item |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	span := pick(r.burst, func(x latencyResult) float64 { return x.LastTerminal.Sub(x.FirstDue).Seconds() })

@@ -44,6 +44,9 @@ type scaleResult struct {
 	// Plan and ControlPlan are what the planner makes of the claim on each
 	// table before the runs.
 	Plan, ControlPlan claimPlan
+	// Promotion and ControlPromotion are the promoter's passes on each
+	// table before the scrapes and the claims (promoteTables).
+	Promotion, ControlPromotion promotion
 }
 
 // claimPlan is the planner's view of one claim: its cost estimate, and
@@ -57,7 +60,27 @@ type claimPlan struct {
 
 type scaleLayout struct {
 	Rates   []float64 // claimed rows/s, one per run
+	Rows    []int     // claimed rows, one per run
+	Spent   []float64 // seconds of ClaimDue statements, one per run
 	BatchMs []float64 // every ClaimDue statement, ms
+	// Promoted is the set's promoter work (promotion.share): the state
+	// rows inserted, and the wall and backend CPU seconds of the passes
+	// that read its reminders, the re-scan included.
+	Promoted promoterShare
+}
+
+// promoteClaimRates are the runs' rates with the promotion counted: each
+// run's rows over its claims' time plus its rows' share of the promotion.
+func (l scaleLayout) promoteClaimRates() []float64 {
+	var out []float64
+	if l.Promoted.Rows == 0 {
+		return out
+	}
+	perRow := l.Promoted.Sec / float64(l.Promoted.Rows)
+	for i, n := range l.Rows {
+		out = append(out, float64(n)/(l.Spent[i]+float64(n)*perRow))
+	}
+	return out
 }
 
 // scaleLoadChunk is the rows of one ScaleFill statement; two load at once.
@@ -93,6 +116,19 @@ func tableRun(ctx context.Context, e *env, o options, st statements, size, contr
 	}
 	defer big.close()
 	built = time.Since(started)
+	t0 := time.Now()
+	promos, err := promoteTables(ctx, []*scaleTable{ctl, big})
+	e.measuredSince(t0)
+	if err != nil {
+		return nil, nil, built, err
+	}
+	for _, t := range []*scaleTable{ctl, big} {
+		// As autovacuum would after 2 × due inserts: a reminder_state
+		// analyzed empty (the build's ANALYZE) planned the claim elsewhere.
+		if _, err := t.pool.Exec(ctx, "ANALYZE reminder_state"); err != nil {
+			return nil, nil, built, fmt.Errorf("scale: analyzing the state rows: %w", err)
+		}
+	}
 	if scrape {
 		t0 := time.Now()
 		r, err := scrapeRun(ctx, st, ctl, big, size, o.batch)
@@ -105,9 +141,11 @@ func tableRun(ctx context.Context, e *env, o options, st statements, size, contr
 	if !scale {
 		return nil, sr, built, nil
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	defer e.measuredSince(t0)
-	res := scaleResult{Size: size, ControlSize: controlSize}
+	res := scaleResult{Size: size, ControlSize: controlSize, ControlPromotion: promos[0], Promotion: promos[1]}
+	res.ControlClustered.Promoted, res.ControlSpread.Promoted = promos[0].share(ctl.perSet, 0), promos[0].share(ctl.perSet, 1)
+	res.Clustered.Promoted, res.Spread.Promoted = promos[1].share(big.perSet, 0), promos[1].share(big.perSet, 1)
 	res.Due, res.TotalBytes, res.Load, res.Index = big.due, big.totalBytes, big.load, big.index
 	if res.ControlPlan, err = ctl.explainClaim(ctx, st.claim, o.batch); err != nil {
 		return nil, sr, built, err
@@ -138,11 +176,15 @@ type scaleTable struct {
 	load, index time.Duration
 }
 
+// scaleSchemaPrefix names the scale tables' schemas; a run drops the
+// ones a killed run left (LeftoverScaleSchemas matches it).
+var scaleSchemaPrefix = "bench_scale"
+
 // buildScaleTable migrates a new schema and fills its reminders table with
 // size rows terminal or due later and two sets of `due` rows due, with the
 // statement named fill (ScaleFill).
 func buildScaleTable(ctx context.Context, e *env, fill string, size, due int) (_ *scaleTable, err error) {
-	name, drop, err := e.newSchema(ctx, "bench_scale")
+	name, drop, err := e.newSchema(ctx, scaleSchemaPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -167,13 +209,14 @@ func buildScaleTable(ctx context.Context, e *env, fill string, size, due int) (_
 	if t.load, t.index, err = fillScaleTable(ctx, t.pool, fill, total, due, t.now); err != nil {
 		return t, err
 	}
-	var rows int64
+	var rows, eager, states int64
 	if err := t.pool.QueryRow(ctx, stmt("ScaleShape"), pgx.NamedArgs{"now": t.now}).
-		Scan(&rows, &t.due, &t.totalBytes); err != nil {
+		Scan(&rows, &t.due, &eager, &states, &t.totalBytes); err != nil {
 		return t, fmt.Errorf("scale: reading the table's shape: %w", err)
 	}
-	if rows != int64(total) || t.due != 2*due {
-		return t, fmt.Errorf("scale: built %d rows with %d due, want %d with %d", rows, t.due, total, 2*due)
+	if rows != int64(total) || t.due != 2*due || eager != 0 || states != 0 {
+		return t, fmt.Errorf("scale: built %d rows with %d due, %d not lazy and %d state rows; want %d with %d, all lazy, none",
+			rows, t.due, eager, states, total, 2*due)
 	}
 	return t, nil
 }
@@ -214,6 +257,16 @@ func (t *scaleTable) explainClaim(ctx context.Context, claimSQL string, batch in
 	return out, nil
 }
 
+// inTurn is which of n tables goes k-th at turn: in order on even turns,
+// reversed on odd ones (control, table, table, control, …), so both see
+// the same moments of a busy machine.
+func inTurn(turn, k, n int) int {
+	if turn%2 == 1 {
+		return n - 1 - k
+	}
+	return k
+}
+
 // claimAlternately claims perRun rows from each table, one batch from each
 // in turn (the first table first on even batches, the other on odd ones), so
 // that both see the same moments of a busy machine; it records each
@@ -227,10 +280,7 @@ func claimAlternately(ctx context.Context, perRun, batch int, tables []*scaleTab
 	for turn := 0; ; turn++ {
 		busy := false
 		for k := range tables {
-			i := k
-			if turn%2 == 1 {
-				i = len(tables) - 1 - k
-			}
+			i := inTurn(turn, k, len(tables))
 			t := tables[i]
 			if claimed[i] >= perRun {
 				continue
@@ -255,6 +305,8 @@ func claimAlternately(ctx context.Context, perRun, batch int, tables []*scaleTab
 	}
 	for i := range tables {
 		into[i].Rates = append(into[i].Rates, float64(claimed[i])/spent[i].Seconds())
+		into[i].Rows = append(into[i].Rows, claimed[i])
+		into[i].Spent = append(into[i].Spent, spent[i].Seconds())
 	}
 	return nil
 }
@@ -348,8 +400,16 @@ func fillScaleTable(ctx context.Context, pool *pgxpool.Pool, fill string, total,
 	if err := inParallel(ctx, pool, 2, builds, "SET maintenance_work_mem = '1GB'"); err != nil {
 		return load, 0, err
 	}
-	if _, err := pool.Exec(ctx, "ANALYZE reminders, reminder_state"); err != nil {
-		return load, 0, fmt.Errorf("scale: analyzing: %w", err)
+	// VACUUM, as autovacuum does after a bulk insert (an insert-driven
+	// vacuum), so the promoter's scan of reminders_due_order is index-only
+	// as on a table whose reminders were written days ago; reminder_state
+	// is empty until the promotion (tableRun analyzes it after).
+	v0 := time.Now()
+	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) reminders"); err != nil {
+		return load, 0, fmt.Errorf("scale: vacuuming: %w", err)
+	}
+	if total >= 1_000_000 {
+		fmt.Printf("    %s: VACUUM (ANALYZE) reminders\n", time.Since(v0).Round(100*time.Millisecond))
 	}
 	// Best effort: CHECKPOINT needs a superuser or pg_checkpoint.
 	c0 := time.Now()
