@@ -19,10 +19,13 @@ VALUES (@actor, @cutoff, @finished_at, @claimed, @enqueued, @expired, @released,
 -- broker is unreachable): pending rows due before the run's cutoff whose
 -- deadline has passed end as expired, as ClaimDue would end them, and
 -- nothing is claimed for publishing. One row per channel: how many.
+-- The rows are found by deadline in reminder_state_expiry, its predicate
+-- stated as that index states it ("state COLLATE "C"", schema 42): no
+-- other index can then be read for them, whatever the statistics say.
 WITH late AS (
     SELECT id
       FROM reminder_state
-     WHERE state = 'pending' AND deadline <= @now AND due_at <= @cutoff
+     WHERE state COLLATE "C" = 'pending' AND deadline <= @now AND due_at <= @cutoff
      ORDER BY deadline
      LIMIT @limit
        FOR UPDATE SKIP LOCKED

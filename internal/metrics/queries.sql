@@ -6,7 +6,7 @@
 -- The gauges DBCollector derives. Each part reads a range of a partial index
 -- of reminder_state (schema 32: the state rows, no payload) that holds work,
 -- not history or the future: the pending-due index up to
--- @now, the enqueued index, the unsent-deadline index up to @now, the leases
+-- @now, the enqueued index, the expiry index up to @now (schema 42), the leases
 -- index up to @now, the in-flight states over the parked index (0027: leased,
 -- retrying, quarantined), the enqueued index and the leases index (a sending
 -- row always holds a send lease), the expired index over the
@@ -30,7 +30,8 @@ SELECT least((SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND
              (SELECT min(oldest) FROM unpromoted)),
        (SELECT min(enqueued_at) FROM reminder_state WHERE state = 'enqueued'),
        least((SELECT min(deadline) FROM reminder_state
-               WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+               WHERE deadline <= @now
+                 AND state COLLATE "C" IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
              (SELECT min(oldest_deadline) FROM unpromoted)),
        (SELECT min(lease_until) FROM reminder_state
          WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now),

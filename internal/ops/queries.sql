@@ -174,7 +174,8 @@ SELECT (SELECT created_at FROM reminders ORDER BY id DESC LIMIT 1),
        (SELECT min(enqueued_at) FROM reminder_state WHERE state = 'enqueued'),
        (SELECT min(next_attempt_at) FROM reminder_state WHERE state = 'retrying' AND next_attempt_at <= @now),
        least((SELECT min(deadline) FROM reminder_state
-               WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
+               WHERE deadline <= @now
+                 AND state COLLATE "C" IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')),
              (SELECT deadline FROM unpromoted)),
        (SELECT min(lease_until) FROM reminder_state
          WHERE state IN ('leased', 'enqueued', 'sending') AND lease_until <= @now);

@@ -29,11 +29,19 @@
 -- Statements that work on rows named by id test the state as
 -- "(s.state ...) IS TRUE". The planner cannot prove a partial index's
 -- predicate from that form, so it looks the rows up by primary key. From a
--- plain "s.state IN (...)" it proves the predicate of reminder_state_unsent_deadline
--- (or reminder_state_pending_due, reminder_state_leases) and, on a table without
--- statistics (just after a bulk intake), estimates a scan of that index at a
--- few rows: the scan then reads every open row to find a batch of 50 (20 ms
--- at a 20,000-row backlog, against 2 ms by key).
+-- plain "s.state IN (...)" it proves the predicate of reminder_state_pending_due
+-- or reminder_state_leases (reminder_state_unsent_deadline before schema 45)
+-- and, on a table without statistics (just after a bulk intake), estimates a
+-- scan of that index at a few rows: the scan then reads every open row to
+-- find a batch of 50 (20 ms at a 20,000-row backlog, against 2 ms by key).
+--
+-- A statement that means to read an index whose predicate is written with
+-- the C collation states its test the same way: ClaimDue "s.state =
+-- 'pending' COLLATE "C"" (reminder_state_claim, schema 40), the expiries
+-- "state COLLATE "C" IN (...)" (reminder_state_expiry, schema 42). No other
+-- test of the state proves those predicates, and those tests prove no
+-- other index's, so after a quiet spell (statistics that say no row is
+-- open) no statement reads another's index.
 
 -- name: ClaimDue
 -- pending rows due before the run's fixed cutoff become enqueued under a new
@@ -307,7 +315,8 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <
 -- it has nothing): UnknownAtDeadline and SettledByLookup settle those.
 -- One row per channel: how many expired, and how many of them were being
 -- sent under a send lease that had run out (lease expirations).
--- The rows not being sent are found by deadline (reminder_state_unsent_deadline),
+-- The rows not being sent are found by deadline (reminder_state_expiry, its
+-- predicate stated as the index states it: schema 42),
 -- the sending ones among the send leases that ran out (reminder_state_leases:
 -- since schema version 31 no deadline index holds sending rows); each part
 -- yields at most @limit, oldest deadline first, so their union holds the
@@ -316,7 +325,7 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state <
 -- again on the version locked.
 WITH candidates AS (
     (SELECT id, deadline FROM reminder_state
-      WHERE deadline <= @now AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+      WHERE deadline <= @now AND state COLLATE "C" IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
         AND NOT (channel = ANY(@hold_channels::text[]) AND deadline > @now - @hold_for::interval
                  AND id <> ALL(@looked::bigint[]) AND nudge_outcome_unknown(id))
       ORDER BY deadline
@@ -368,7 +377,7 @@ SELECT h.id, h.fence, h.state, h.channel, h.tenant, r.recipient, r.idempotency_k
             (SELECT id, fence, state, channel, tenant, deadline
                FROM reminder_state
               WHERE deadline <= @now AND deadline > @now - @hold_for::interval
-                AND state IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
+                AND state COLLATE "C" IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined')
                 AND channel = ANY(@channels::text[])
                 AND id <> ALL(@skip::bigint[])
                 AND nudge_outcome_unknown(id)

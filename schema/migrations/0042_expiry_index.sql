@@ -1,0 +1,46 @@
+-- Schema version 42: the expiry's index is one no other statement's predicate
+-- can read, so after a quiet spell the statements that have an index of
+-- their own read it, not every open row (docs/benchmarks.md, "The quiet
+-- spell beyond the claim").
+--
+-- reminder_state_unsent_deadline (deadline) WHERE state IN ('pending',
+-- 'leased', 'enqueued', 'retrying', 'quarantined') holds every open row but
+-- the ones being sent. Any statement that tests one or more of those states
+-- proves its predicate, so it is a candidate for all of them. A table
+-- analyzed while no row was open (an install that went quiet) has
+-- statistics that say none is: every partial index covering open rows is
+-- then estimated at no rows, and until the next autoanalyze the planner may
+-- take unsent_deadline for a statement whose own index it estimates no
+-- cheaper: the reconciler's ResolveExpiredLeases read every open row and
+-- sorted them by lease (seconds per pass at millions of open rows), Reclaim
+-- filtered every open row for the overdue enqueued ones, and a metrics
+-- scrape (DBGauges) and nudgectl stats (StatsAges, Minutes, StatsLastClaim)
+-- read it for their pending, enqueued and parked parts. Schema 40 gave the
+-- claim its own index; here the catch-all index is the one replaced, which
+-- takes every other statement off it at once.
+--
+-- reminder_state_expiry holds the same entries as unsent_deadline under a
+-- predicate written with the C collation. The statements that mean to read
+-- it (store ExpireOverdue and UnknownAtDeadline, dispatch ExpireDue, the
+-- oldest open deadline of metrics DBGauges and ops StatsAges) write their
+-- test the same way, "state COLLATE "C" IN (...)" (or "state COLLATE "C" =
+-- 'pending'", one of its arms): the planner proves this index's predicate
+-- from that and no other (it proves an index's predicate from a comparison
+-- under the same collation only, and reminder_state_claim's "state =
+-- 'pending' COLLATE "C"" is another expression), and no statement that
+-- tests the state plainly can read it, whatever the statistics say. The
+-- states are ASCII words: equality under C is equality under any
+-- deterministic collation, so the index holds exactly the open rows that
+-- are not being sent.
+--
+-- reminder_state_unsent_deadline stays for the previous release's
+-- reconcilers and dispatchers, whose expiries test the state plainly; an
+-- after-rollout step (45) drops it, and with it the hazard of this
+-- release's plain statements (until then an open row enters both: one more
+-- index entry at intake and one at the claim). Building this index reads
+-- reminder_state under a lock that holds every transition back (seconds per
+-- million rows; the entries are the open rows only): on a large install
+-- build it first without blocking (docs/deploy.md), and IF NOT EXISTS then
+-- keeps it.
+CREATE INDEX IF NOT EXISTS reminder_state_expiry ON reminder_state (deadline)
+    WHERE state COLLATE "C" IN ('pending', 'leased', 'enqueued', 'retrying', 'quarantined');

@@ -1,0 +1,24 @@
+-- Schema version 45, after the rollout of the release that added 42: the
+-- expiry's old index goes, and with it the index every statement on open
+-- rows could stumble onto after a quiet spell.
+--
+-- Schema 42 gave the expiries (internal/store ExpireOverdue and
+-- UnknownAtDeadline, dispatch ExpireDue) and the oldest open deadline of
+-- the metrics scrape and nudgectl stats an index of their own,
+-- reminder_state_expiry (deadline) WHERE state COLLATE "C" IN ('pending',
+-- 'leased', 'enqueued', 'retrying', 'quarantined'), which no plainly
+-- written test of the state can read. reminder_state_unsent_deadline holds
+-- the same entries under the plain predicate, and the previous release's
+-- expiries read it: it stays while they run, and every open row enters both
+-- (one more index entry at intake and one at the claim). Once no binary of
+-- that release runs (nudgectl migrate --after-rollout), nothing should read
+-- it, and while it exists any statement testing open states plainly
+-- (ResolveExpiredLeases, Reclaim, the gauges' pending, enqueued and parked
+-- parts) may read it whole on statistics taken during a quiet spell.
+--
+-- DROP INDEX takes reminder_state's ACCESS EXCLUSIVE lock for a catalogue
+-- change only, as its first and only lock. A large install can drop it
+-- first without blocking (docs/deploy.md, "Schema 42 and 45"): DROP INDEX
+-- CONCURRENTLY IF EXISTS reminder_state_unsent_deadline; IF EXISTS then
+-- skips it.
+DROP INDEX IF EXISTS reminder_state_unsent_deadline;
