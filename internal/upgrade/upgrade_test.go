@@ -37,24 +37,21 @@ var commands = []string{"nudgectl", "dispatcher", "sms-worker", "email-worker", 
 const signingKeys = "upgrade:0123456789abcdef0123456789abcdef"
 
 var (
-	// Both releases' dispatchers promote lazy reminders 5 s ahead (H)
-	// instead of an hour: after the after-rollout step the test lowers lazy
-	// intake's horizon to 2H = 10 s, so reminders scheduled during the run
-	// are lazy and come due within it. The old ones too: a pass reaches H
-	// ahead, and a horizon below what a pass already reached would leave a
-	// reminder below the final watermark without its state row
-	// (docs/deploy.md, schema 44).
-	dispatcherArgs = []string{"--every", "1s", "--lease", "10s", "--promote-ahead", "5s"}
+	dispatcherArgs = []string{"--every", "1s", "--lease", "10s"}
 	// newArgs are flags only this tree's binaries get, by command: what a
 	// release turns on behind a flag (batch envelopes from the dispatcher,
 	// say) must run beside the old fleet too. Every flag here must exist.
-	// None today: both releases' dispatchers publish envelopes of 50 (the
-	// default since OldRelease, above the workers' --batch), and both
-	// releases' workers read them.
-	newArgs = map[string][]string{}
+	// The new dispatcher promotes lazy reminders 5 s ahead (H) instead of an
+	// hour: after the after-rollout step the test lowers lazy intake's
+	// horizon to 2H = 10 s, so reminders scheduled during the run are lazy
+	// and come due within it. The old one runs at the default hour, so its
+	// passes (and the new one's until the step) leave the watermarks an hour
+	// ahead: the step moves them back, or the reminders made lazy below
+	// them would never be promoted.
+	newArgs = map[string][]string{"dispatcher": {"--promote-ahead", "5s"}}
 	// lazyHorizon is the lazy-intake horizon the test sets after the
-	// after-rollout step turned lazy intake on (2 h): 2H of the
-	// dispatchers' --promote-ahead, on the test's time scale.
+	// after-rollout step turned lazy intake on (2 h): 2H of the new
+	// dispatcher's --promote-ahead, on the test's time scale.
 	lazyHorizon = 10 * time.Second
 	// A send timeout well above Mailpit's latency on a loaded machine: a
 	// relay that accepted after the worker gave up would be sent twice.
@@ -319,7 +316,7 @@ func TestRollingUpgrade(t *testing.T) {
 	add("new", toCancel("far-new", 10, time.Now().Add(3*time.Hour), time.Now().Add(4*time.Hour)))
 	require.Equal(t, 20, count(t, db, `SELECT 1 FROM reminders r WHERE r.key LIKE 'far-%' AND r.lazy
 		AND NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = r.id)`), "due in 3 h: lazy, no state row")
-	// On the test's time scale (the dispatchers' H is 5 s): reminders
+	// On the test's time scale (the new dispatcher's H is 5 s): reminders
 	// scheduled 10 s or more ahead are lazy and come due during the run
 	// (those scheduled past due, one in twenty, are not).
 	_, err := db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = $1`, lazyHorizon)

@@ -22,11 +22,14 @@
 -- 09:00 burst, scheduled the evening before, is past it and promoted in due
 -- order; one due in 30 minutes is not). A pass promotes at most
 -- least(H, horizon) ahead of the database's clock, so a dispatcher run with
--- a larger --promote-ahead promotes up to 2 h ahead. But a pass before this
--- step reached H ahead (no horizon yet): every dispatcher's --promote-ahead
--- must be at most 2 h before it runs, or a reminder left lazy below the
--- final watermark would never be promoted; the same before lowering the
--- horizon later (docs/deploy.md, "Schema 44"). To turn
+-- a larger --promote-ahead promotes up to 2 h ahead. A pass before this
+-- step reached H ahead (no horizon yet): a dispatcher run with a larger H
+-- may have moved the watermarks past now + 2 h, and a reminder made lazy
+-- below the final watermark would never be promoted (the promoter sweeps
+-- from it). So the step moves them back to now, never forward, and drops a
+-- sweep in progress: that only costs the next passes a re-scan of what was
+-- promoted. Lowering the horizon later needs the same care (docs/deploy.md,
+-- "Schema 44"). To turn
 -- lazy intake off again: UPDATE nudge_lazy_intake SET horizon = NULL; the
 -- reminders already lazy keep being promoted by every dispatcher pass.
 --
@@ -48,9 +51,15 @@
 -- file; a fleet transaction that takes them the other way round meets
 -- schema.Migrate's retry on deadlock. The setting's row is updated last
 -- (intake reads it in its snapshot and never locks it).
+-- The promoter's row is locked before them, as a pass locks it before it
+-- reads reminders: a pass in progress finishes first, the next one waits.
+SELECT 1 FROM nudge_promoter FOR UPDATE;
 LOCK TABLE reminders, reminder_state IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE reminder_state DROP CONSTRAINT IF EXISTS reminder_state_id_fkey;
 UPDATE nudge_lazy_intake SET horizon = interval '2 hours' WHERE horizon IS NULL;
+UPDATE nudge_promoter
+   SET final_until = least(final_until, now()), prov_until = least(prov_until, now()),
+       sweep_until = NULL, sweep_wait = NULL, sweep_prev_done = NULL, cursor_due = NULL, cursor_id = NULL;
 
 -- The scrape's estimate of the reminders scheduled for later
 -- (internal/metrics, nudge_pending_reminders_estimate) counted the pending
