@@ -38,12 +38,15 @@ func TestLazyIntakeInTheScheduleFunction(t *testing.T) {
 			FROM reminders r WHERE r.key = $1`, key).Scan(&lazy, &state))
 		return lazy, state
 	}
+	// Off (as 38 leaves it, and as an operator turns it off again after 44).
+	_, err := db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = NULL`)
+	require.NoError(t, err)
 	require.Equal(t, "created", schedule("off", far, "t"))
 	lazy, state := lazyState("off")
 	require.False(t, lazy)
 	require.True(t, state, "setting off: the state row at intake")
 
-	_, err := db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = interval '2 hours'`)
+	_, err = db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = interval '2 hours'`)
 	require.NoError(t, err)
 	require.Equal(t, "created", schedule("soon", time.Now().Add(time.Hour), "t"))
 	lazy, state = lazyState("soon")

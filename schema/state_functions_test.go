@@ -238,6 +238,16 @@ func TestUnpromotedFunctionsKeepTheirContract(t *testing.T) {
 // functionContract before and after it.
 func contractAround(t *testing.T, version int, migrate func(context.Context, pg.Beginner) ([]int, error)) (before, after []string) {
 	t.Helper()
+	db := migratedAround(t, version, migrate, func(db *testenv.DB) { before = functionContract(t, db) })
+	return before, functionContract(t, db)
+}
+
+// migratedAround migrates a new schema with every migration but version
+// (recorded as applied, migrate skips it), calls between, then applies
+// version alone (requiring that migrate applies it and nothing else).
+func migratedAround(t *testing.T, version int, migrate func(context.Context, pg.Beginner) ([]int, error),
+	between func(db *testenv.DB)) *testenv.DB {
+	t.Helper()
 	ctx := context.Background()
 	db := testenv.EmptyPostgres(t)
 	exec := func(sql string, args ...any) {
@@ -250,12 +260,12 @@ func contractAround(t *testing.T, version int, migrate func(context.Context, pg.
 	exec(`INSERT INTO nudge_migrations (version, name) VALUES ($1, 'skipped')`, version)
 	_, err := migrate(ctx, db.Pool)
 	require.NoError(t, err)
-	before = functionContract(t, db)
+	between(db)
 	exec(`DELETE FROM nudge_migrations WHERE version = $1`, version)
 	applied, err := migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, []int{version}, applied)
-	return before, functionContract(t, db)
+	return db
 }
 
 // functionContract describes every function of db's schema (signature,

@@ -133,14 +133,16 @@ func (f *fleet) startWorker(t *testing.T, ctx context.Context, ch reminder.Chann
 	wg.Go(func() { _ = w.Run(ctx) })
 }
 
-// waitTerminal polls until every reminder is terminal or the timeout passes.
+// waitTerminal polls until every reminder is terminal or the timeout passes
+// (one without its state row yet, lazy, is pending).
 func (f *fleet) waitTerminal(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		var open int
 		require.NoError(t, f.db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM reminder_state WHERE state NOT IN ('delivered', 'failed', 'expired', 'canceled')`).Scan(&open))
+			`SELECT count(*) FROM reminders r LEFT JOIN reminder_state s ON s.id = r.id
+			  WHERE coalesce(s.state, 'pending') NOT IN ('delivered', 'failed', 'expired', 'canceled')`).Scan(&open))
 		if open == 0 {
 			return
 		}
@@ -171,8 +173,9 @@ type row struct {
 func (f *fleet) rows(t *testing.T) map[int64]row {
 	t.Helper()
 	rs, err := f.db.Pool.Query(context.Background(),
-		`SELECT r.id, r.tenant, r.key, r.channel, s.state, r.idempotency_key, s.due_at, s.deadline
-		   FROM reminders r JOIN reminder_state s ON s.id = r.id`)
+		`SELECT r.id, r.tenant, r.key, r.channel, coalesce(s.state, 'pending'), r.idempotency_key,
+		        coalesce(s.due_at, r.due_at), coalesce(s.deadline, r.deadline)
+		   FROM reminders r LEFT JOIN reminder_state s ON s.id = r.id`)
 	require.NoError(t, err)
 	out := map[int64]row{}
 	for rs.Next() {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,7 +47,10 @@ func query(name string) string { return queries.Get(name) }
 //	                                       dispatcher's backlog): a scrape counts work, never
 //	                                       the reminders scheduled for later
 //	nudge_pending_reminders_estimate       every pending reminder, due or not, as the planner
-//	                                       last counted them (VACUUM/ANALYZE; absent before)
+//	                                       last counted them (VACUUM/ANALYZE; absent before):
+//	                                       the pending state rows, and from schema 44 the lazy
+//	                                       reminders not yet promoted (an estimate from
+//	                                       statistics, no row read)
 //	nudge_deadline_misses_last_hour{channel} reminders expired in the last hour
 //	nudge_reconcile_lag_seconds            the oldest repair the reconciler owes: an open
 //	                                       reminder past its deadline, or a lease expired
@@ -71,6 +75,9 @@ type DBCollector struct {
 
 	once  sync.Once
 	descs collectorDescs
+	// lazyEstimate: the schema was seen to have nudge_unpromoted_estimate
+	// (schema 44); a function is not dropped, so it is not looked up again.
+	lazyEstimate atomic.Bool
 }
 
 type collectorDescs struct {
@@ -151,8 +158,12 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 		if newest != nil {
 			ch <- prometheus.MustNewConstMetric(c.descs.newest, prometheus.GaugeValue, age(newest))
 		}
+		unpromoted, err := c.unpromotedEstimate(ctx)
+		ok = err == nil
 		if pendingEstimate != nil && *pendingEstimate >= 0 { // -1: never vacuumed nor analyzed
-			ch <- prometheus.MustNewConstMetric(c.descs.pendingEstimate, prometheus.GaugeValue, *pendingEstimate)
+			ch <- prometheus.MustNewConstMetric(c.descs.pendingEstimate, prometheus.GaugeValue, *pendingEstimate+unpromoted)
+		} else if unpromoted > 0 {
+			ch <- prometheus.MustNewConstMetric(c.descs.pendingEstimate, prometheus.GaugeValue, unpromoted)
 		}
 		if cutoff != nil {
 			ch <- prometheus.MustNewConstMetric(c.descs.cutoffLag, prometheus.GaugeValue, age(cutoff))
@@ -187,6 +198,23 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs.success, prometheus.GaugeValue, success)
 	ch <- prometheus.MustNewConstMetric(c.descs.duration, prometheus.GaugeValue, time.Since(start).Seconds())
+}
+
+// unpromotedEstimate is the estimate of the lazy reminders not yet promoted
+// (schema 44's nudge_unpromoted_estimate; 0 on a schema before it, where
+// nothing is lazy): they have no state row, so DBGauges' estimate of the
+// pending state rows leaves them out.
+func (c *DBCollector) unpromotedEstimate(ctx context.Context) (float64, error) {
+	if !c.lazyEstimate.Load() {
+		var has bool
+		if err := c.DB.QueryRow(ctx, query("HasUnpromotedEstimate")).Scan(&has); err != nil || !has {
+			return 0, err
+		}
+		c.lazyEstimate.Store(true)
+	}
+	var n float64
+	err := c.DB.QueryRow(ctx, query("UnpromotedEstimate")).Scan(&n)
+	return n, err
 }
 
 // collectPromoter sends the promoter's gauges (a second statement: one row

@@ -78,6 +78,19 @@ SELECT @now::timestamptz + p.ahead - greatest(p.prov_until, p.cursor_due), p.fin
   FROM nudge_promoter p
  WHERE p.passed_at IS NOT NULL;
 
+-- name: HasUnpromotedEstimate
+-- Whether the schema has nudge_unpromoted_estimate (schema 44, the
+-- after-rollout step that turns lazy intake on). Before it nothing is lazy,
+-- and this release's reconciler runs there during the rollout.
+SELECT to_regprocedure('nudge_unpromoted_estimate()') IS NOT NULL;
+
+-- name: UnpromotedEstimate
+-- The lazy reminders not yet promoted, which have no state row and so are
+-- not in DBGauges' estimate of the reminders scheduled for later: the
+-- planner's row estimate of the lazy reminders due at or after the final
+-- watermark (schema 44), from statistics; no row of reminders is read.
+SELECT nudge_unpromoted_estimate();
+
 -- name: DispatchRunsStart
 -- Where DispatchRunCollector starts: the newest run's id (its hops and those
 -- before it are not counted), and the newest successful and any run's end

@@ -413,7 +413,7 @@ func TestPurgeLeavesBothCopiesOfTheStateEqual(t *testing.T) {
 func TestDeletedRemindersTakeTheirStateRowsWithoutTheForeignKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, retention.Config{})
-	_, err := b.db.Pool.Exec(context.Background(), `ALTER TABLE reminder_state DROP CONSTRAINT reminder_state_id_fkey`)
+	_, err := b.db.Pool.Exec(context.Background(), `ALTER TABLE reminder_state DROP CONSTRAINT IF EXISTS reminder_state_id_fkey`)
 	require.NoError(t, err)
 	b.seed(t, "old", 5, reminder.Delivered, 40*day)
 	b.seed(t, "recent", 3, reminder.Delivered, day)

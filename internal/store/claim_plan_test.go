@@ -84,7 +84,7 @@ func quietSpell(tb testing.TB, db *testenv.DB, delivered, burst int, now time.Ti
 			tb.Fatalf("%s: %v", sql, err)
 		}
 	}
-	exec(`TRUNCATE reminders CASCADE`)
+	exec(`TRUNCATE reminders, reminder_state CASCADE`)
 	exec(`ALTER TABLE reminders SET (autovacuum_enabled = false)`)
 	exec(`ALTER TABLE reminder_state SET (autovacuum_enabled = false)`)
 	intake := func(from, to int, due time.Time) {

@@ -259,12 +259,13 @@ func TestPromoteOnceAndOnlyTheLazy(t *testing.T) {
 	require.ElementsMatch(t, []string{"soon enqueued", "lazy:0 enqueued", "lazy:1 enqueued"}, keys)
 }
 
-// With lazy intake off (schema 38 leaves it off) a pass finds nothing, and
-// bounds no claim.
+// With lazy intake off (schema 38 leaves it off; an operator turns it off
+// again after 44 turned it on) a pass finds nothing, and bounds no claim.
 func TestPromoteWithLazyIntakeOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.Postgres(t)
+	setLazyIntake(t, db, nil)
 	now := time.Now().UTC()
 	scheduleSMS(t, db.Pool, "later", now.Add(48*time.Hour))
 	lazy, state := lazyAndState(t, db.Pool, "later")

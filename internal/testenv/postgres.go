@@ -163,3 +163,55 @@ func (db *DB) Unpromote(tb testing.TB, ids ...int64) {
 		tb.Fatalf("marking %v lazy: %v", ids, err)
 	}
 }
+
+// LazyIntakeOnName is the name, without its number, of the after-rollout
+// migration that turns lazy intake on and drops reminder_state's foreign key
+// (issue 18, the due-ordered store's slice 4). Tests find it by this name
+// (LazyIntakeOn), so renumbering the file changes no test.
+const LazyIntakeOnName = "lazy_intake_on"
+
+// LazyIntakeOn is the embedded migration named LazyIntakeOnName.
+func LazyIntakeOn(tb testing.TB) schema.Migration {
+	tb.Helper()
+	migs, err := schema.Migrations()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, m := range migs {
+		if m.Name == LazyIntakeOnName {
+			return m
+		}
+	}
+	tb.Fatalf("no migration named %s", LazyIntakeOnName)
+	return schema.Migration{}
+}
+
+// PromoteUntil is, for a test that moves a fake clock ahead of real time,
+// what the due-ordered store's promoter would have done had real time
+// passed: every lazy reminder due before until gets its state row (as a
+// promoter pass inserts it: pending, fence 0, the wide row's intent; one that
+// has its row keeps it), and the promoter's watermarks move to until with no
+// sweep in progress, so a dispatcher pass at the fake time continues from
+// there. A pass cannot do it: it never promotes beyond the database's clock
+// plus least(H, horizon), which is what makes its race argument hold. Call it
+// with the fake now plus the dispatcher's H (1 h by default) after moving the
+// clock, while no transaction writing reminders is open. Test-only: a
+// production schema must never have its watermark moved by hand.
+func (db *DB) PromoteUntil(tb testing.TB, until time.Time) {
+	tb.Helper()
+	if _, err := db.Pool.Exec(context.Background(), `
+		WITH promoted AS (
+		    INSERT INTO reminder_state (id, tenant, channel, due_at, deadline, tz, window_open, window_close, window_days)
+		    SELECT r.id, r.tenant, r.channel, r.due_at, r.deadline, r.tz, r.window_open, r.window_close, r.window_days
+		      FROM reminders r
+		     WHERE r.lazy AND r.due_at < $1
+		     ORDER BY r.due_at, r.id
+		        ON CONFLICT (id) DO NOTHING
+		)
+		UPDATE nudge_promoter
+		   SET final_until = greatest(final_until, $1), prov_until = greatest(prov_until, final_until, $1),
+		       prov_wait = '{}', sweep_until = NULL, sweep_wait = NULL, sweep_prev_done = NULL,
+		       cursor_due = NULL, cursor_id = NULL`, until); err != nil {
+		tb.Fatalf("promoting the lazy reminders due before %s: %v", until, err)
+	}
+}

@@ -5,9 +5,12 @@
 // claimers, dispatcher, workers and reconciler, as a group: every old one
 // stopped, then every new one started, on the same schema and queues), while
 // both releases' nudgectl schedule and cancel throughout. Once no old
-// binary is left, the after-rollout step (nudgectl migrate --after-rollout;
-// in this release it has nothing to apply) runs under the new fleet, which
-// goes on scheduling, canceling and delivering. It then checks what users and operators would see: every reminder terminal
+// component is left, the after-rollout step (nudgectl migrate
+// --after-rollout; in this release: lazy intake on, reminder_state's foreign
+// key dropped) runs under the new fleet, which goes on scheduling, canceling
+// and delivering, reminders left lazy by either release's intake among them
+// (the old release's nudgectl stands for an application not yet relinked).
+// It then checks what users and operators would see: every reminder terminal
 // with a reason, nothing sent twice or after its deadline by the provider's
 // own record, timelines that read whole through the new nudgectl, dead
 // letters that explain themselves, and no SQL error from any binary.

@@ -29,7 +29,7 @@ import (
 // OldRelease is the commit of the last landed release, whose binaries the
 // rolling upgrade starts from: main when the release was cut. Move it to the
 // new release's commit at each release, once its migrations have landed.
-const OldRelease = "032cd5b"
+const OldRelease = "e1180f7"
 
 // commands are the binaries the fleet and the operator use, of either release.
 var commands = []string{"nudgectl", "dispatcher", "sms-worker", "email-worker", "reconciler"}
@@ -41,10 +41,18 @@ var (
 	// newArgs are flags only this tree's binaries get, by command: what a
 	// release turns on behind a flag (batch envelopes from the dispatcher,
 	// say) must run beside the old fleet too. Every flag here must exist.
-	// None today: both releases' dispatchers publish envelopes of 50 (the
-	// default since OldRelease, above the workers' --batch), and both
-	// releases' workers read them.
-	newArgs = map[string][]string{}
+	// The new dispatcher promotes lazy reminders 5 s ahead (H) instead of an
+	// hour: after the after-rollout step the test lowers lazy intake's
+	// horizon to 2H = 10 s, so reminders scheduled during the run are lazy
+	// and come due within it. The old one runs at the default hour, so its
+	// passes (and the new one's until the step) leave the watermarks an hour
+	// ahead: the step moves them back, or the reminders made lazy below
+	// them would never be promoted.
+	newArgs = map[string][]string{"dispatcher": {"--promote-ahead", "5s"}}
+	// lazyHorizon is the lazy-intake horizon the test sets after the
+	// after-rollout step turned lazy intake on (2 h): 2H of the new
+	// dispatcher's --promote-ahead, on the test's time scale.
+	lazyHorizon = 10 * time.Second
 	// A send timeout well above Mailpit's latency on a loaded machine: a
 	// relay that accepted after the worker gave up would be sent twice.
 	workerArgs = []string{"--send-timeout", "5s", "--send-lease", "15s", "--batch", "20", "--concurrency", "2",
@@ -232,9 +240,10 @@ func TestRollingUpgrade(t *testing.T) {
 		"NUDGE_LOG_FORMAT=json", "NUDGE_LOG_LEVEL=warn", "NUDGE_LISTEN=",
 	}}
 
-	// 1. The old release's schema and topology, and its intake: release 2
-	// of the narrow-state layout after its own rollout (its after-rollout
-	// step, 37, applied: the wide row without its state columns).
+	// 1. The old release's schema and topology, and its intake: the release
+	// of the due-ordered store's slices 1-3 after its own rollout (its
+	// after-rollout step, 41, applied; lazy intake off, so every reminder
+	// has its state row).
 	f.ctl("old", "migrate", "--declare-topology", "--after-rollout")
 	t0 := time.Now().Add(2 * time.Second) // the fleet starts at t0
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
@@ -261,14 +270,15 @@ func TestRollingUpgrade(t *testing.T) {
 	// 2. This tree's migrations under the running old fleet; intake from
 	// both releases' tools onto the new schema.
 	sleepUntil(8 * time.Second)
-	// Schema 38 (the due-ordered store's column, index, watermark and
-	// setting, lazy intake off) among what it applies; 41 (the drop of the
-	// claim's old index, which the old dispatchers probe) waits for the
-	// rollout.
+	// The regular migrations after 41 (none in this tree) apply; lazy intake
+	// on waits for the rollout: the old binaries JOIN reminder_state where a
+	// lazy reminder has no row, and its retention relies on the foreign key
+	// that the same step drops.
+	lazyOn := testenv.LazyIntakeOn(t)
 	migrated := f.ctl("new", "migrate", "--declare-topology")
-	require.Regexp(t, `applied migrations \[(\d+ )*38( \d+)*\]`, migrated)
-	require.Contains(t, migrated, "waiting for the rollout: 0041_drop_pending_tenant.after-rollout",
-		"the old dispatchers' claim index stays while they run")
+	require.Regexp(t, `(applied migrations|no migration to apply before the rollout completes)`, migrated)
+	require.Contains(t, migrated, "waiting for the rollout: "+lazyOn.String(), "lazy intake stays off while old binaries run")
+	require.Equal(t, 0, count(t, db, `SELECT 1 FROM nudge_lazy_intake WHERE horizon IS NOT NULL`))
 	add("new", stream("new", 300, at(10*time.Second), at(45*time.Second)))
 	add("old", stream("old-late", 200, at(10*time.Second), at(45*time.Second)))
 
@@ -291,21 +301,40 @@ func TestRollingUpgrade(t *testing.T) {
 	sleepUntil(26 * time.Second)
 	f.ctl("old", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-old2-", "--reason", "upgrade test: old nudgectl, new schema")
 
-	// 4. No binary of the old release left (its nudgectl's last cancel is
-	// done): the after-rollout step (41) drops the old claim index under the
-	// running new fleet, which goes on scheduling, canceling and delivering.
+	// 4. No component of the old release left (its nudgectl's last cancel
+	// is done): the after-rollout step turns lazy intake on (horizon 2 h) and
+	// drops reminder_state's foreign key under the running new fleet, which
+	// goes on scheduling, canceling and delivering. The old release's intake
+	// goes on too (an application not yet relinked): it reads the setting,
+	// so both releases' intake leave a reminder due far ahead without its
+	// state row, and both releases' cancel materializes it first.
 	sleepUntil(28 * time.Second)
-	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), "applied migrations [41]")
+	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), fmt.Sprintf("applied migrations [%d]", lazyOn.Version))
+	require.Equal(t, 1, count(t, db, `SELECT 1 FROM nudge_lazy_intake WHERE horizon = interval '2 hours'`))
+	require.Equal(t, 0, count(t, db, `SELECT 1 FROM pg_constraint WHERE conrelid = 'reminder_state'::regclass AND contype = 'f'`))
+	add("old", toCancel("far-old", 10, time.Now().Add(3*time.Hour), time.Now().Add(4*time.Hour)))
+	add("new", toCancel("far-new", 10, time.Now().Add(3*time.Hour), time.Now().Add(4*time.Hour)))
+	require.Equal(t, 20, count(t, db, `SELECT 1 FROM reminders r WHERE r.key LIKE 'far-%' AND r.lazy
+		AND NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = r.id)`), "due in 3 h: lazy, no state row")
+	// On the test's time scale (the new dispatcher's H is 5 s): reminders
+	// scheduled 10 s or more ahead are lazy and come due during the run
+	// (those scheduled past due, one in twenty, are not).
+	_, err := db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = $1`, lazyHorizon)
+	require.NoError(t, err)
+	add("old", stream("lazy-old", 60, at(45*time.Second), at(52*time.Second)))
+	add("new", stream("lazy-new", 60, at(45*time.Second), at(52*time.Second)))
 	add("new", stream("after", 150, at(30*time.Second), at(45*time.Second)))
 	add("new", toCancel("cancel-after", 20, at(40*time.Second), at(47*time.Second)))
 	sleepUntil(34 * time.Second)
 	f.ctl("new", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-new-", "--reason", "upgrade test: new nudgectl")
 	f.ctl("new", "cancel", "--tenant", "tenant-0", "--key-prefix", "cancel-after-", "--reason", "upgrade test: after the rollout")
+	f.ctl("old", "cancel", "--tenant", "tenant-0", "--key-prefix", "far-old-", "--reason", "upgrade test: old nudgectl, lazy")
+	f.ctl("new", "cancel", "--tenant", "tenant-0", "--key-prefix", "far-new-", "--reason", "upgrade test: new nudgectl, lazy")
 
 	// 5. The new fleet alone until every reminder is terminal.
 	openStates := ops.Filter{States: []reminder.State{reminder.Pending, reminder.Leased, reminder.Enqueued,
 		reminder.Sending, reminder.Retrying, reminder.Quarantined}}
-	drainBy := at(48 * time.Second).Add(60 * time.Second)
+	drainBy := at(52 * time.Second).Add(60 * time.Second)
 	for {
 		page, err := ops.List(ctx, db.Pool, time.Now(), openStates, ops.Page{Size: 5})
 		require.NoError(t, err)
@@ -351,6 +380,24 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	require.NotZero(t, states[reminder.Delivered])
+	// The lazy streams: every one left without its state row at intake
+	// (past the horizon when scheduled), promoted and claimed by the new
+	// fleet; the checks below hold for them as for the rest (sent at most
+	// once, never after the deadline, delivered exactly when accepted).
+	lazyDelivered, wantLazy := 0, 0
+	for _, in := range intents {
+		if !strings.HasPrefix(in.Key, "lazy-") {
+			continue
+		}
+		if in.DueAt.After(at(40 * time.Second)) {
+			wantLazy++
+		}
+		if byKey[in.Key].State == reminder.Delivered {
+			lazyDelivered++
+		}
+	}
+	require.Equal(t, wantLazy, count(t, db, `SELECT 1 FROM reminders WHERE key LIKE 'lazy-%' AND lazy`), "lazy at intake")
+	require.Greater(t, lazyDelivered, 60, "lazy reminders of both releases' intake delivered")
 	require.NotZero(t, states[reminder.Expired], "some deadlines pass during the run")
 	require.NotZero(t, states[reminder.Failed], "the provider refuses some SMS for good")
 
@@ -466,6 +513,14 @@ func deletePlanning(mq *testenv.Broker) {
 		_ = ch.ExchangeDelete(p.RetryExchange(broker.PlanChannel), false, false)
 		_ = ch.Close()
 	}
+}
+
+// count counts the rows of a query.
+func count(t *testing.T, db *testenv.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM (`+sql+`) q`, args...).Scan(&n), sql)
+	return n
 }
 
 // listAll reads every reminder with this tree's ops.List, a page at a time.

@@ -54,10 +54,14 @@ func TestScheduleManyLazyIntake(t *testing.T) {
 	}
 	full := "lazy=false state=(acme,email,pending,0,t,t,Europe/Paris,,,,,0,)"
 
+	// Off, as an operator turns it off again after schema 44 turned it on
+	// (docs/deploy.md) and as schema 38 left it.
+	_, err := db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = NULL`)
+	require.NoError(t, err)
 	schedule("off", time.Hour, 72*time.Hour)
 	require.Equal(t, []string{"off:0 " + full, "off:1 " + full}, rows("off"), "setting off: as before schema 38")
 
-	_, err := db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = interval '2 hours'`)
+	_, err = db.Pool.Exec(ctx, `UPDATE nudge_lazy_intake SET horizon = interval '2 hours'`)
 	require.NoError(t, err)
 	schedule("on", time.Hour, 72*time.Hour, 2*time.Hour-time.Minute, 2*time.Hour+time.Minute)
 	require.Equal(t, []string{"on:0 " + full, "on:1 lazy=true state=none", "on:2 " + full, "on:3 lazy=true state=none"},
