@@ -160,6 +160,17 @@ func (cs costs) explain(tb testing.TB, db *testenv.DB, name string, rows int, ar
 			}
 		}
 		if prepared {
+			// NUDGE_BENCH_AUTOEXPLAIN=<statement>: its 40th run (a generic
+			// plan by then) is logged by auto_explain with its timings and
+			// buffers, in the server's log.
+			if os.Getenv("NUDGE_BENCH_AUTOEXPLAIN") == name && cs.by[name] != nil && cs.by[name].runs == 39 {
+				for _, q := range []string{`LOAD 'auto_explain'`, `SET LOCAL auto_explain.log_min_duration = 0`,
+					`SET LOCAL auto_explain.log_analyze = on`, `SET LOCAL auto_explain.log_buffers = on`, `SET LOCAL auto_explain.log_wal = on`} {
+					if _, err := tx.Exec(ctx, q); err != nil {
+						return err
+					}
+				}
+			}
 			rows, err := tx.Query(ctx, cs.lay.sql(name), args)
 			if err != nil {
 				return err
@@ -355,7 +366,14 @@ func hotPath(tb testing.TB, db *testenv.DB, lay layout, rounds int) (cs costs, l
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn0); err != nil {
 		tb.Fatal(err)
 	}
-	const dispatchBatch, workerBatch = 500, 50
+	// NUDGE_BENCH_WORKER_BATCH (default 50, the worker's envelope) sizes the
+	// worker statements' batches: the CPU per batch at two sizes separates
+	// what a statement costs per execution from what it costs per row.
+	const dispatchBatch = 500
+	workerBatch := 50
+	if _, err := fmt.Sscan(envOr("NUDGE_BENCH_WORKER_BATCH", "50"), &workerBatch); err != nil || workerBatch < 1 {
+		tb.Fatalf("NUDGE_BENCH_WORKER_BATCH: %q: want a positive number", os.Getenv("NUDGE_BENCH_WORKER_BATCH"))
+	}
 	for range rounds {
 		now := time.Now()
 		cs.explain(tb, db, "ClaimDue", dispatchBatch, pgx.NamedArgs{"now": now, "cutoff": now, "limit": dispatchBatch,
