@@ -119,6 +119,19 @@ func Waiting(ctx context.Context, db pg.Beginner) ([]Migration, error) {
 	return waiting, err
 }
 
+// Fresh reports whether db records no applied migration: a database no
+// release has run on. No binary of an earlier release can be running
+// against it, so nothing an after-rollout migration removes is in use:
+// nudgectl migrate applies them too, which a fresh install then needs no
+// second step for.
+func Fresh(ctx context.Context, db pg.Beginner) (bool, error) {
+	done, err := appliedVersions(ctx, db)
+	if err != nil {
+		return false, err
+	}
+	return len(done) == 0, nil
+}
+
 // plan is Plan over the embedded migrations and the versions db records.
 func plan(ctx context.Context, db pg.Beginner, afterRollout bool) (run, waiting []Migration, err error) {
 	migs, err := Migrations()

@@ -92,7 +92,8 @@ configure Nudge's names: the rest of the fleet only checks that the topology exi
 A migration marked after-rollout removes what only the previous release's binaries need (the
 state mirror of schema 32, say). migrate stops before the first such migration not yet applied
 and names what waits; once every component runs this release, migrate --after-rollout applies it
-and everything after it.`,
+and everything after it. On a fresh database (no migration recorded) no binary of an earlier
+release can be running, so migrate applies everything at once, after-rollout migrations included.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, pool, done, err := connect(cmd)
@@ -100,8 +101,14 @@ and everything after it.`,
 				return err
 			}
 			defer done()
+			fresh := false
+			if !afterRollout {
+				if fresh, err = schema.Fresh(ctx, pool); err != nil {
+					return err
+				}
+			}
 			migrate := schema.Migrate
-			if afterRollout {
+			if afterRollout || fresh {
 				migrate = schema.MigrateAfterRollout
 			}
 			applied, err := migrate(ctx, pool)
@@ -114,6 +121,9 @@ and everything after it.`,
 			}
 			out := cmd.OutOrStdout()
 			switch {
+			case len(applied) > 0 && fresh:
+				fmt.Fprintf(out, "applied migrations %v (a fresh database: no binary of an earlier release "+
+					"runs on it, so the after-rollout migrations applied too)\n", applied)
 			case len(applied) > 0:
 				fmt.Fprintf(out, "applied migrations %v\n", applied)
 			case len(waiting) == 0:

@@ -626,24 +626,58 @@ func TestStats(t *testing.T) {
 
 func TestMigrate(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t) // only to reach the server; the test migrates a schema of its own
+	db := testenv.Postgres(t) // only to reach the server; the test migrates schemas of its own
 	ctx := context.Background()
 
-	name := "t_" + testenv.RandomID() + "_m"
-	_, err := db.Pool.Exec(ctx, `CREATE SCHEMA `+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), `DROP SCHEMA `+name+` CASCADE`)
-	})
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-
-	// 35 (the first after-rollout step) and every migration after it wait.
+	// ownSchema is a fresh schema and a database URL whose search_path
+	// names it.
+	ownSchema := func(suffix string) (name, dbURL string) {
+		name = "t_" + testenv.RandomID() + suffix
+		_, err := db.Pool.Exec(ctx, `CREATE SCHEMA `+name)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = db.Pool.Exec(context.Background(), `DROP SCHEMA `+name+` CASCADE`)
+		})
+		u, err := url.Parse(db.URL)
+		require.NoError(t, err)
+		q := u.Query()
+		q.Set("search_path", name)
+		u.RawQuery = q.Encode()
+		return name, u.String()
+	}
 	migs, err := schema.Migrations()
 	require.NoError(t, err)
+	var all []string
+	for _, m := range migs {
+		all = append(all, strconv.Itoa(m.Version))
+	}
+
+	// A fresh database: no earlier release runs on it, so everything
+	// applies at once, the after-rollout migrations included.
+	name, fresh := ownSchema("_m")
+	first := runCtl(t, fresh, nil, "migrate")
+	require.NoError(t, first.err)
+	require.Equal(t, "applied migrations ["+strings.Join(all, " ")+"] (a fresh database: no binary of an "+
+		"earlier release runs on it, so the after-rollout migrations applied too)\n", first.stdout)
+	again := runCtl(t, fresh, nil, "migrate")
+	require.NoError(t, again.err)
+	require.Equal(t, "schema is up to date\n", again.stdout)
+	var tables int
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name IN ('reminders', 'reminder_events')`,
+		name).Scan(&tables))
+	require.Equal(t, 2, tables, "migrate created the tables in the search_path schema")
+
+	// An install at schema 34 (a release before the first after-rollout
+	// step, whose fleet may still run): 35 and every migration after it
+	// wait for --after-rollout.
+	_, older := ownSchema("_o")
+	pool, err := pgxpool.New(ctx, older)
+	require.NoError(t, err)
+	applied, err := schema.Migrate(ctx, pool)
+	pool.Close()
+	require.NoError(t, err)
+	require.Equal(t, 34, applied[len(applied)-1], "schema.Migrate stops before 35")
 	var names, versions []string
 	for _, m := range migs {
 		if m.Version >= 35 {
@@ -654,29 +688,17 @@ func TestMigrate(t *testing.T) {
 	waiting := "waiting for the rollout: " + strings.Join(names, ", ") + "; " +
 		"once no binary of the previous " +
 		"release runs, run nudgectl migrate --after-rollout\n"
-	first := runCtl(t, u.String(), nil, "migrate")
-	require.NoError(t, first.err)
-	require.Regexp(t, `^applied migrations \[1( \d+)*\]\n`, first.stdout)
-	require.NotContains(t, first.stdout, " 35", "the after-rollout migrations wait")
-	require.True(t, strings.HasSuffix(first.stdout, waiting), first.stdout)
-
-	second := runCtl(t, u.String(), nil, "migrate")
+	second := runCtl(t, older, nil, "migrate")
 	require.NoError(t, second.err)
 	require.Equal(t, "no migration to apply before the rollout completes\n"+waiting, second.stdout)
 
-	after := runCtl(t, u.String(), nil, "migrate", "--after-rollout")
+	after := runCtl(t, older, nil, "migrate", "--after-rollout")
 	require.NoError(t, after.err)
 	require.Equal(t, "applied migrations ["+strings.Join(versions, " ")+"]\n", after.stdout)
 
-	again := runCtl(t, u.String(), nil, "migrate")
+	again = runCtl(t, older, nil, "migrate")
 	require.NoError(t, again.err)
 	require.Equal(t, "schema is up to date\n", again.stdout)
-
-	var tables int
-	require.NoError(t, db.Pool.QueryRow(ctx,
-		`SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name IN ('reminders', 'reminder_events')`,
-		name).Scan(&tables))
-	require.Equal(t, 2, tables, "migrate created the tables in the search_path schema")
 
 	// The usual test schema is migrated already (as far as testenv goes).
 	require.NotContains(t, runCtl(t, db.URL, nil, "migrate").stdout, "applied")
