@@ -135,7 +135,7 @@ func burstRun(ctx context.Context, e *env, n, k int, every time.Duration) (laten
 func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.Duration, k int, every time.Duration) (latencyResult, error) {
 	// Seed far ahead (the intake takes seconds), then move the stream to
 	// start a moment after the workers and the dispatcher are up. Far, but
-	// within lazy intake's horizon (2 hours, LazyIntakeOn): ShiftDue moves
+	// within lazy intake's horizon (2 hours, schema 44): ShiftDue moves
 	// state rows, and a reminder due past the horizon gets none at intake
 	// (the promoter would insert it, in the measured seconds).
 	seeded := time.Now().Add(time.Hour)

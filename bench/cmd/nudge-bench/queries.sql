@@ -352,20 +352,6 @@ SELECT count(*) FROM reminders;
 
 -- -------------------------------------------------------------- seeding
 
--- name: LazyIntakeOn
--- Lazy intake on, as the after-rollout step of schema 44 leaves production
--- (sql.go's migrate runs this after the migrations, so the bench does not
--- depend on whether that migration is merged yet): a reminder due at least 2
--- hours after intake's clock gets no state row until the promoter's.
-UPDATE nudge_lazy_intake SET horizon = interval '2 hours';
-
--- name: DropStateKey
--- The same step drops reminder_state's foreign key (the promotion's cost:
--- a row lock on the reminder per state row inserted); IF EXISTS, so it runs
--- on a schema that step already migrated.
-ALTER TABLE reminder_state DROP CONSTRAINT IF EXISTS reminder_state_id_fkey;
-
-
 -- name: SeedCopy
 -- An end-to-end run's reminders, copied from the template schema the intake
 -- seeded once for this N (setupNudge): the same rows and their "scheduled"
