@@ -126,7 +126,8 @@ func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector: one statement, bounded by Timeout.
+// Collect implements prometheus.Collector: DBGauges, the lazy reminders'
+// estimate and the promoter's row (three small statements), bounded by Timeout.
 func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	c.init()
 	timeout := c.Timeout
@@ -158,11 +159,15 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 		if newest != nil {
 			ch <- prometheus.MustNewConstMetric(c.descs.newest, prometheus.GaugeValue, age(newest))
 		}
+		// The estimate is left out when its lazy part could not be read: a
+		// figure short of every lazy reminder would read as a drop.
 		unpromoted, err := c.unpromotedEstimate(ctx)
 		ok = err == nil
-		if pendingEstimate != nil && *pendingEstimate >= 0 { // -1: never vacuumed nor analyzed
+		switch {
+		case !ok:
+		case pendingEstimate != nil && *pendingEstimate >= 0: // -1: never vacuumed nor analyzed
 			ch <- prometheus.MustNewConstMetric(c.descs.pendingEstimate, prometheus.GaugeValue, *pendingEstimate+unpromoted)
-		} else if unpromoted > 0 {
+		case unpromoted > 0:
 			ch <- prometheus.MustNewConstMetric(c.descs.pendingEstimate, prometheus.GaugeValue, unpromoted)
 		}
 		if cutoff != nil {
