@@ -58,7 +58,11 @@ LOCK TABLE reminders, reminder_state IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE reminder_state DROP CONSTRAINT IF EXISTS reminder_state_id_fkey;
 UPDATE nudge_lazy_intake SET horizon = interval '2 hours' WHERE horizon IS NULL;
 UPDATE nudge_promoter
-   SET final_until = least(final_until, now()), prov_until = least(prov_until, now()),
+   -- (least() would turn a NULL prov_until, no sweep completed yet, into
+   -- now(): a provisional end that no sweep scanned, which the next pass
+   -- would then make final.)
+   SET final_until = least(final_until, now()),
+       prov_until = CASE WHEN prov_until > now() THEN now() ELSE prov_until END,
        sweep_until = NULL, sweep_wait = NULL, sweep_prev_done = NULL, cursor_due = NULL, cursor_id = NULL;
 
 -- The scrape's estimate of the reminders scheduled for later
