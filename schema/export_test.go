@@ -8,6 +8,16 @@ var BackfillState = backfillState
 // BackfillStatement is backfill.sql's BackfillState, which copies one batch.
 var BackfillStatement = backfillQueries.Get("BackfillState")
 
-// RetryMigration exposes the retry decision of a failed migration to
-// migrate_retry_test.go.
-var RetryMigration = retryMigration
+// RetryDeadlock and LockPause expose the retry decisions of a failed
+// migration to migrate_retry_test.go.
+var (
+	RetryDeadlock = retryDeadlock
+	LockPause     = lockPause
+)
+
+// WithMigrations is o applying migs instead of the embedded migrations, for
+// the tests of lock timeouts and deadlocks (migrate_locks_test.go).
+func WithMigrations(o Options, migs []Migration) Options {
+	o.migrations = migs
+	return o
+}

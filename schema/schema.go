@@ -1,8 +1,10 @@
 // Package schema holds Nudge's versioned PostgreSQL migrations, embedded in
 // every binary, and applies them. Migrate is idempotent and safe while the
 // fleet runs: an advisory lock serialises concurrent runs, each migration
-// applies in its own transaction together with its version row, and a version
-// already recorded is never applied again.
+// applies in its own transaction together with its version row, a version
+// already recorded is never applied again, and a migration waits for a table
+// lock only briefly, retrying, so the fleet never queues behind it for long
+// (Options).
 //
 // A migration whose file name ends in .after-rollout.sql
 // (NNNN_name.after-rollout.sql) is the contract step of a rolling change: it
@@ -15,7 +17,6 @@ package schema
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -23,7 +24,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/internal/sqlfile"
@@ -36,6 +36,11 @@ var migrationFiles embed.FS
 var backfillSQL string
 
 var backfillQueries = sqlfile.Parse("backfill.sql", backfillSQL)
+
+//go:embed locks.sql
+var locksSQL string
+
+var lockQueries = sqlfile.Parse("locks.sql", locksSQL)
 
 // Migration is one versioned schema change.
 type Migration struct {
@@ -99,16 +104,17 @@ func Migrations() ([]Migration, error) {
 // nudge_migrations table of the current search_path schema, in version
 // order, up to the first after-rollout migration not yet applied, and
 // returns the versions it applied (empty when already up to date). Waiting
-// reports what it left.
+// reports what it left. Its lock waits are bounded as by Options' zero
+// value.
 func Migrate(ctx context.Context, db pg.Beginner) ([]int, error) {
-	return migrate(ctx, db, false)
+	return Options{}.Migrate(ctx, db)
 }
 
 // MigrateAfterRollout applies every embedded migration not yet recorded,
 // after-rollout ones included: run it only once no binary of the previous
 // release runs.
 func MigrateAfterRollout(ctx context.Context, db pg.Beginner) ([]int, error) {
-	return migrate(ctx, db, true)
+	return Options{}.MigrateAfterRollout(ctx, db)
 }
 
 // Waiting returns the migrations not yet applied that Migrate leaves for
@@ -138,6 +144,11 @@ func plan(ctx context.Context, db pg.Beginner, afterRollout bool) (run, waiting 
 	if err != nil {
 		return nil, nil, err
 	}
+	return planOf(ctx, db, migs, afterRollout)
+}
+
+// planOf is Plan over migs and the versions db records.
+func planOf(ctx context.Context, db pg.Beginner, migs []Migration, afterRollout bool) (run, waiting []Migration, err error) {
 	done, err := appliedVersions(ctx, db)
 	if err != nil {
 		return nil, nil, err
@@ -166,8 +177,18 @@ func Plan(migs []Migration, applied map[int]bool, afterRollout bool) (run, waiti
 	return run, waiting
 }
 
-func migrate(ctx context.Context, db pg.Beginner, afterRollout bool) ([]int, error) {
-	run, _, err := plan(ctx, db, afterRollout)
+func (o Options) migrate(ctx context.Context, db pg.Beginner, afterRollout bool) ([]int, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	migs := o.migrations
+	if migs == nil {
+		var err error
+		if migs, err = Migrations(); err != nil {
+			return nil, err
+		}
+	}
+	run, _, err := planOf(ctx, db, migs, afterRollout)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +201,7 @@ func migrate(ctx context.Context, db pg.Beginner, afterRollout bool) ([]int, err
 		}
 		// apply checks again under the lock: a concurrent run may have
 		// applied it since.
-		did, err := applyRetryingDeadlocks(ctx, db, m)
+		did, err := o.applyRetrying(ctx, db, m)
 		if err != nil {
 			return applied, err
 		}
@@ -225,6 +246,14 @@ func appliedVersions(ctx context.Context, db pg.Beginner) (map[int]bool, error) 
 type preStep func(ctx context.Context, db pg.Beginner) error
 
 // preSteps maps a migration version to the step that runs before it.
+//
+// A step runs without Options' lock_timeout: none takes a lock that queues
+// the fleet behind it. backfillState's batches take ROW EXCLUSIVE on
+// reminder_state and ACCESS SHARE on reminders, which conflict with nothing
+// intake, claims or outcomes take, and tuple locks on the rows they copy: a
+// batch that waits for a row a long transaction holds keeps the rows it
+// locked before it share-locked meanwhile (writes to those rows wait, not
+// the table's).
 var preSteps = map[int]preStep{
 	33: backfillState,
 }
@@ -260,74 +289,4 @@ func backfillState(ctx context.Context, db pg.Beginner) error {
 		}
 		after = *last
 	}
-}
-
-// deadlockDetected is PostgreSQL's SQLSTATE for a transaction aborted to
-// break a deadlock.
-const deadlockDetected = "40P01"
-
-// deadlockAttempts bounds how often a migration chosen as a deadlock's
-// victim is run again.
-const deadlockAttempts = 5
-
-// applyRetryingDeadlocks applies m, and applies it again when PostgreSQL
-// aborted it to break a deadlock with the running fleet (a migration that
-// locks two tables, or upgrades a lock, can meet a fleet transaction that
-// takes them in the other order). The aborted transaction changed nothing,
-// so running it again is safe; the fleet's transaction it waited on has
-// gone on by then. Write migrations to take their strongest table lock
-// first anyway (0036's comment): this is the net under them.
-func applyRetryingDeadlocks(ctx context.Context, db pg.Beginner, m Migration) (bool, error) {
-	for attempt := 1; ; attempt++ {
-		did, err := apply(ctx, db, m)
-		if err == nil || !retryMigration(err, attempt) {
-			return did, err
-		}
-	}
-}
-
-// retryMigration says whether a migration that failed with err on its
-// attempt-th try is run again: only a deadlock's victim, and at most
-// deadlockAttempts times in all.
-func retryMigration(err error, attempt int) bool {
-	var pgErr *pgconn.PgError
-	return attempt < deadlockAttempts && errors.As(err, &pgErr) && pgErr.Code == deadlockDetected
-}
-
-func apply(ctx context.Context, db pg.Beginner, m Migration) (bool, error) {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("migration %04d: begin: %w", m.Version, err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-
-	// Held until commit: a second Migrate waits here, then sees the version.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(advisoryLockKey)); err != nil {
-		return false, fmt.Errorf("migration %04d: taking the migration lock: %w", m.Version, err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS nudge_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return false, fmt.Errorf("migration %04d: creating nudge_migrations: %w", m.Version, err)
-	}
-	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nudge_migrations WHERE version = $1)`,
-		m.Version).Scan(&exists); err != nil {
-		return false, fmt.Errorf("migration %04d: reading applied versions: %w", m.Version, err)
-	}
-	if exists {
-		return false, nil
-	}
-	if _, err := tx.Exec(ctx, m.SQL); err != nil {
-		return false, fmt.Errorf("migration %s: %w", m, err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO nudge_migrations (version, name) VALUES ($1, $2)`,
-		m.Version, m.Name); err != nil {
-		return false, fmt.Errorf("migration %04d: recording version: %w", m.Version, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("migration %04d: commit: %w", m.Version, err)
-	}
-	return true, nil
 }

@@ -58,6 +58,8 @@ func Command() *cobra.Command {
 var envFlags = map[string]bool{
 	"database-url": true, "log-level": true, "log-format": true, "allow-insecure-tls": true,
 	"amqp-url": true, "queue-prefix": true, "signing-keys": true,
+	// migrate's lock bounds: how the migration Job behaves, not what it does.
+	"lock-timeout": true, "lock-wait": true,
 }
 
 func commandLineOnly(c *cobra.Command) {
@@ -80,6 +82,7 @@ func migrateCmd(connect connector) *cobra.Command {
 		tf           topologyFlags
 		declare      bool
 		afterRollout bool
+		opts         schema.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -93,9 +96,19 @@ A migration marked after-rollout removes what only the previous release's binari
 state mirror of schema 32, say). migrate stops before the first such migration not yet applied
 and names what waits; once every component runs this release, migrate --after-rollout applies it
 and everything after it. On a fresh database (no migration recorded) no binary of an earlier
-release can be running, so migrate applies everything at once, after-rollout migrations included.`,
+release can be running, so migrate applies everything at once, after-rollout migrations included.
+
+A migration that changes a table's definition needs its ACCESS EXCLUSIVE lock, and while it waits
+for one PostgreSQL queues every later statement on that table behind it: behind a long transaction
+(a batch import) the whole fleet would stall. So each migration waits at most --lock-timeout for a
+lock; then it rolls back (nothing applied), says so on stderr, and tries again after a pause (0.5s
+doubling to 8s), until --lock-wait has passed. Then migrate fails naming the migration and the
+session holding the table: let that transaction finish or end it, and run migrate again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.Validate(); err != nil {
+				return usage(err)
+			}
 			ctx, pool, done, err := connect(cmd)
 			if err != nil {
 				return err
@@ -107,9 +120,10 @@ release can be running, so migrate applies everything at once, after-rollout mig
 					return err
 				}
 			}
-			migrate := schema.Migrate
+			opts.Progress = cmd.ErrOrStderr()
+			migrate := opts.Migrate
 			if afterRollout || fresh {
-				migrate = schema.MigrateAfterRollout
+				migrate = opts.MigrateAfterRollout
 			}
 			applied, err := migrate(ctx, pool)
 			if err != nil {
@@ -150,6 +164,11 @@ release can be running, so migrate applies everything at once, after-rollout mig
 		"also apply the after-rollout migrations: only once every component runs this release")
 	f.BoolVar(&declare, "declare-topology", false,
 		"also declare the broker topology, connecting with --amqp-url as a user allowed to configure it")
+	f.DurationVar(&opts.LockTimeout, "lock-timeout", schema.DefaultLockTimeout,
+		"longest wait of a migration for a table lock (the fleet's statements on that table queue behind it meanwhile); "+
+			"then it rolls back and is retried")
+	f.DurationVar(&opts.LockWait, "lock-wait", schema.DefaultLockWait,
+		"how long to keep retrying a migration that times out on a lock before failing")
 	tf.register(f)
 	return cmd
 }

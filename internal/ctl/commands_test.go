@@ -710,3 +710,19 @@ func TestBadDatabaseURL(t *testing.T) {
 	res := runCtl(t, "postgres://%zz", nil, "stats")
 	require.ErrorContains(t, res.err, "--database-url")
 }
+
+// migrate's lock bounds are flags with an environment fallback (the
+// migration Job's manifest sets them); a negative one is the operator's
+// mistake, refused before connecting.
+func TestMigrateLockFlags(t *testing.T) {
+	t.Parallel()
+	help := runCtl(t, "postgres://127.0.0.1:1/none", nil, "migrate", "--help")
+	require.NoError(t, help.err)
+	require.Contains(t, help.stdout, "--lock-timeout duration")
+	require.Contains(t, help.stdout, "[$NUDGE_LOCK_TIMEOUT] (default 2s)")
+	require.Contains(t, help.stdout, "[$NUDGE_LOCK_WAIT] (default 5m0s)")
+
+	bad := runCtl(t, "postgres://127.0.0.1:1/none", nil, "migrate", "--lock-timeout=-1s")
+	require.ErrorContains(t, bad.err, "lock timeout -1s: must not be negative")
+	requireExitCode(t, bad.err, ctl.ExitUsage)
+}
