@@ -281,11 +281,11 @@ func lockedTable(err error) string {
 
 // lockHolders describes, best effort, the sessions whose transactions,
 // open for longer than older, hold locks on tables of db's schema
-// (locks.sql, LockHolders): "pid 4711 (idle in transaction, open 13m0s,
+// (queries.sql, LockHolders): "pid 4711 (idle in transaction, open 13m0s,
 // locks reminders)". Nil when none is found or they cannot be read: the
 // error that reports them must not fail for it.
 func lockHolders(ctx context.Context, db pg.Beginner, older time.Duration) []string {
-	rows, err := db.Query(ctx, lockQueries.Get("LockHolders"),
+	rows, err := db.Query(ctx, queries.Get("LockHolders"),
 		pgx.NamedArgs{"older": fmt.Sprintf("%d milliseconds", older.Milliseconds())})
 	if err != nil {
 		return nil

@@ -5,8 +5,8 @@ package schema
 // which imports this package).
 var BackfillState = backfillState
 
-// BackfillStatement is backfill.sql's BackfillState, which copies one batch.
-var BackfillStatement = backfillQueries.Get("BackfillState")
+// BackfillStatement is queries.sql's BackfillState, which copies one batch.
+var BackfillStatement = queries.Get("BackfillState")
 
 // RetryDeadlock and LockPause expose the retry decisions of a failed
 // migration to migrate_retry_test.go.

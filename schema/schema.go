@@ -32,15 +32,13 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-//go:embed backfill.sql
-var backfillSQL string
+// The statements Migrate runs besides the migrations themselves: the
+// pre-steps' backfills and the lock holders a timed-out lock wait names.
+//
+//go:embed queries.sql
+var queriesSQL string
 
-var backfillQueries = sqlfile.Parse("backfill.sql", backfillSQL)
-
-//go:embed locks.sql
-var locksSQL string
-
-var lockQueries = sqlfile.Parse("locks.sql", locksSQL)
+var queries = sqlfile.Parse("queries.sql", queriesSQL)
 
 // Migration is one versioned schema change.
 type Migration struct {
@@ -275,7 +273,7 @@ const backfillBatch = 10000
 // backfillState copies into reminder_state the reminders that predate
 // migration 0032, batch by batch in id order.
 func backfillState(ctx context.Context, db pg.Beginner) error {
-	stmt := backfillQueries.Get("BackfillState")
+	stmt := queries.Get("BackfillState")
 	after := int64(0)
 	for {
 		// One statement, so one transaction per batch.
