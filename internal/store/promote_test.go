@@ -120,6 +120,21 @@ func lostBelowWatermark(tb testing.TB, db *testenv.DB) int {
 	return lost
 }
 
+// passer returns a promoter pass up to until (H 3h, passes of 100) that
+// must complete its sweep and leave no committed reminder below final
+// without its state row.
+func passer(t *testing.T, db *testenv.DB, until time.Time) func() Promotion {
+	st := New(db.Pool)
+	return func() Promotion {
+		t.Helper()
+		p, err := st.Promote(context.Background(), until, 3*time.Hour, 100)
+		require.NoError(t, err)
+		require.True(t, p.SweepDone)
+		require.Zero(t, lostBelowWatermark(t, db), "reminders below the final watermark %s without a state row", p.Final)
+		return p
+	}
+}
+
 // The promoter's race with intake, on the real statements: a web
 // transaction that wrote a lazy reminder and commits after passes scanned
 // its due time. Its sweep's writers are waited for: the final watermark
@@ -132,7 +147,6 @@ func TestPromoterRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.Postgres(t)
-	st := New(db.Pool)
 	setLazyIntake(t, db, durationPtr(2*time.Hour))
 	t0 := time.Now().UTC().Truncate(time.Second)
 	// Where the first sweep leaves final: schema 44's step set the
@@ -158,13 +172,7 @@ func TestPromoterRace(t *testing.T) {
 	setLazyIntake(t, db, durationPtr(4*time.Hour))
 
 	until := t0.Add(3 * time.Hour)
-	step := func() Promotion {
-		p, err := st.Promote(ctx, until, 3*time.Hour, 100)
-		require.NoError(t, err)
-		require.True(t, p.SweepDone)
-		require.Zero(t, lostBelowWatermark(t, db), "reminders below the final watermark %s without a state row", p.Final)
-		return p
-	}
+	step := passer(t, db, until)
 	p := step()
 	require.EqualValues(t, 1, p.Promoted, "the committed reminder promoted")
 	require.True(t, p.Final.Equal(f0), "final stays short of the first sweep's range: %s", p.Final)
@@ -292,10 +300,9 @@ func TestPromoterUnderTwoWebTransactions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.Postgres(t)
-	st := New(db.Pool)
 	setLazyIntake(t, db, durationPtr(2*time.Hour))
-	t0 := time.Now().UTC().Truncate(time.Second)
 	var webs []pgx.Tx
+	t0 := time.Now().UTC().Truncate(time.Second)
 	for i := range 2 {
 		web, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
@@ -305,13 +312,7 @@ func TestPromoterUnderTwoWebTransactions(t *testing.T) {
 	}
 	setLazyIntake(t, db, durationPtr(4*time.Hour)) // as in TestPromoterRace
 	until := t0.Add(3 * time.Hour)
-	step := func() Promotion {
-		p, err := st.Promote(ctx, until, 3*time.Hour, 100)
-		require.NoError(t, err)
-		require.True(t, p.SweepDone)
-		require.Zero(t, lostBelowWatermark(t, db), "reminders below the final watermark %s without a state row", p.Final)
-		return p
-	}
+	step := passer(t, db, until)
 	state := func(key string) bool {
 		_, s := lazyAndState(t, db.Pool, key)
 		return s
