@@ -32,7 +32,8 @@ type longTxRun struct {
 	promoteWall, promoteCPU time.Duration
 	hit, readBuf, dirtied   int64 // the sweep's Promote replayed under EXPLAIN (rolled back)
 	walRecs, walBytes       int64
-	finalAge                float64 // nudge_promoter_final_age_seconds after the run
+	finalAge                float64       // nudge_promoter_final_age_seconds after the run
+	scrape                  time.Duration // the collector's scrape that read it
 	claimed                 int
 	claims                  int
 	claimWall, claimCPU     time.Duration
@@ -46,9 +47,9 @@ type longTxRun struct {
 // due-ordered store for the spread claim").
 //
 // The table: NUDGE_BENCH_BIG (default 100,000) lazy reminders due uniformly
-// over [now − 3h, now + NUDGE_BENCH_DAYS days) (default 2), those due
-// before now delivered (their state rows as the promoter, claim and workers
-// left them), plus a trickle of NUDGE_BENCH_TRICKLE (default 50) lazy
+// over [now − max(3h, the oldest age), now + NUDGE_BENCH_DAYS days)
+// (default 2), those due before now delivered (their state rows as the
+// promoter, claim and workers left them), plus a trickle of NUDGE_BENCH_TRICKLE (default 50) lazy
 // reminders a second due over the next 20 minutes; everything due before
 // now + H promoted, final at now + H, reminders vacuumed. Then dispatcher
 // runs back to back, NUDGE_BENCH_K (default 5) in each phase, with the
@@ -58,14 +59,14 @@ type longTxRun struct {
 // and an intake of 100 lazy reminders (ScheduleMany, its own transaction).
 // Phases: "steady" (no long transaction); "open" (a web transaction has
 // scheduled one lazy reminder through ScheduleMany and stays open), then
-// the same transaction at emulated ages NUDGE_BENCH_AGES (default 1h,3h:
-// final moved back by the age, as that long with it open would have left
-// it: LongTxAge); "after" (committed). Per run: the promoter's wall and
+// the same transaction at emulated ages NUDGE_BENCH_AGES (default
+// 1h,3h,6h: final moved back by the age, as that long with it open would
+// have left it: LongTxAge); "after" (committed). Per run: the promoter's wall and
 // backend CPU (/proc/PID/schedstat of the store's one connection), rows
 // read and promoted, the sweep's Promote statement replayed under EXPLAIN
 // (ANALYZE, BUFFERS, WAL) from the same final to the same until (rolled
-// back: a re-scan's buffers), nudge_promoter_final_age_seconds (the
-// collector's gauge), and the claim's rows, wall and backend CPU.
+// back: a re-scan's buffers), nudge_promoter_final_age_seconds and the wall
+// time of the scrape that read it (metrics.DBCollector), and the claim's rows, wall and backend CPU.
 //
 //	NUDGE_BENCH_BIG=1000000 CI=true go test ./internal/store -run '^$' -bench PromoterUnderLongTransaction -benchtime 1x -v
 func BenchmarkPromoterUnderLongTransaction(b *testing.B) {
@@ -79,13 +80,14 @@ func BenchmarkPromoterUnderLongTransaction(b *testing.B) {
 		}
 	}
 	var ages []time.Duration
-	for _, s := range strings.Split(envOr("NUDGE_BENCH_AGES", "1h,3h"), ",") {
+	for _, s := range strings.Split(envOr("NUDGE_BENCH_AGES", "1h,3h,6h"), ",") {
 		d, err := time.ParseDuration(s)
 		if err != nil {
 			b.Fatalf("NUDGE_BENCH_AGES: %v", err)
 		}
 		ages = append(ages, d)
 	}
+	back := max(3*time.Hour, slices.Max(ages)) // the fill's history: every emulated range lies in it
 	const (
 		ahead, passBatch, claimBatch = time.Hour, 5000, 500
 		window                       = 20 * time.Minute
@@ -100,7 +102,7 @@ func BenchmarkPromoterUnderLongTransaction(b *testing.B) {
 		const chunk = 250_000
 		for first := 1; first <= big; first += chunk {
 			fills = append(fills, pgx.NamedArgs{"first": first, "last": min(first+chunk-1, big), "prefix": "lazy:",
-				"from": now.Add(-3 * time.Hour), "to": now.Add(time.Duration(days) * 24 * time.Hour)})
+				"from": now.Add(-back), "to": now.Add(time.Duration(days) * 24 * time.Hour)})
 		}
 		fills = append(fills, pgx.NamedArgs{"first": 1, "last": trickle * int(window/time.Second), "prefix": "trickle:",
 			"from": now, "to": now.Add(window)})
@@ -179,7 +181,9 @@ func BenchmarkPromoterUnderLongTransaction(b *testing.B) {
 				b.Fatal(err)
 			}
 			r.hit, r.readBuf, r.dirtied, r.walRecs, r.walBytes = explainSweep(b, db, from, until, int(r.read)+1)
+			t0 = time.Now()
 			r.finalAge = gaugeValue(b, reg, "nudge_promoter_final_age_seconds")
+			r.scrape = time.Since(t0)
 			cpu0, t0 = onCPU(pid), time.Now()
 			for {
 				now := time.Now()
@@ -241,13 +245,13 @@ func BenchmarkPromoterUnderLongTransaction(b *testing.B) {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "%d lazy reminders over %d days + a trickle of %d/s; K = %d runs a phase; after: lost below final %d\n",
 			big, days, trickle, k, lost)
-		fmt.Fprintf(&sb, "%-16s %3s %7s %7s %6s %9s %9s %8s %7s %7s %6s %9s %6s %8s %9s %8s\n", "phase", "run", "read", "promo",
-			"passes", "wall ms", "cpu ms", "hit", "readB", "dirty", "walR", "final age", "claim", "claim ms", "claim cpu", "intake")
+		fmt.Fprintf(&sb, "%-16s %3s %7s %7s %6s %9s %9s %8s %7s %7s %6s %9s %7s %6s %8s %9s %8s\n", "phase", "run", "read", "promo",
+			"passes", "wall ms", "cpu ms", "hit", "readB", "dirty", "walR", "final age", "scrape", "claim", "claim ms", "claim cpu", "intake")
 		for _, ph := range phases {
 			for i, r := range ph.runs {
-				fmt.Fprintf(&sb, "%-16s %3d %7d %7d %6d %9.1f %9.1f %8d %7d %7d %6d %9.0f %6d %8.1f %9.1f %8.1f\n", ph.name, i+1,
+				fmt.Fprintf(&sb, "%-16s %3d %7d %7d %6d %9.1f %9.1f %8d %7d %7d %6d %9.0f %7.1f %6d %8.1f %9.1f %8.1f\n", ph.name, i+1,
 					r.read, r.promoted, r.passes, ms(r.promoteWall), ms(r.promoteCPU), r.hit, r.readBuf, r.dirtied, r.walRecs,
-					r.finalAge, r.claimed, ms(r.claimWall), ms(r.claimCPU), ms(r.intakeWall))
+					r.finalAge, ms(r.scrape), r.claimed, ms(r.claimWall), ms(r.claimCPU), ms(r.intakeWall))
 			}
 			med := func(f func(longTxRun) float64) float64 {
 				var xs []float64
@@ -257,7 +261,7 @@ func BenchmarkPromoterUnderLongTransaction(b *testing.B) {
 				slices.Sort(xs)
 				return xs[len(xs)/2]
 			}
-			fmt.Fprintf(&sb, "%-16s med %7.0f %7.0f %6.0f %9.1f %9.1f %8.0f %7.0f %7.0f %6.0f %9.0f %6.0f %8.1f %9.1f %8.1f; promoter CPU µs/row read %.2f, claim CPU µs/row %.1f\n",
+			fmt.Fprintf(&sb, "%-16s med %7.0f %7.0f %6.0f %9.1f %9.1f %8.0f %7.0f %7.0f %6.0f %9.0f %7.1f %6.0f %8.1f %9.1f %8.1f; promoter CPU µs/row read %.2f, claim CPU µs/row %.1f\n",
 				ph.name, med(func(r longTxRun) float64 { return float64(r.read) }),
 				med(func(r longTxRun) float64 { return float64(r.promoted) }),
 				med(func(r longTxRun) float64 { return float64(r.passes) }),
@@ -268,6 +272,7 @@ func BenchmarkPromoterUnderLongTransaction(b *testing.B) {
 				med(func(r longTxRun) float64 { return float64(r.dirtied) }),
 				med(func(r longTxRun) float64 { return float64(r.walRecs) }),
 				med(func(r longTxRun) float64 { return r.finalAge }),
+				med(func(r longTxRun) float64 { return ms(r.scrape) }),
 				med(func(r longTxRun) float64 { return float64(r.claimed) }),
 				med(func(r longTxRun) float64 { return ms(r.claimWall) }),
 				med(func(r longTxRun) float64 { return ms(r.claimCPU) }),
