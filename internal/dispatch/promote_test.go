@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/dispatch"
+	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
 )
@@ -126,4 +128,126 @@ func TestBrokerDownRunPromotesThenExpiresALazyReminder(t *testing.T) {
 	require.Equal(t, 1, sum.Expired)
 	require.Zero(t, sum.Claimed)
 	require.Equal(t, "expired", b.stateOf(t, "late-0"))
+}
+
+// A web transaction that wrote a lazy reminder and stays open (an
+// application's hour-long batch import: intent is written inside its own
+// transaction) costs the promoter re-scans, never a loss nor a blocked
+// intake or claim: while it is open, intake of other reminders completes
+// at once, runs complete and claim what is due (a lazy reminder committed
+// meanwhile too), the final watermark stays where it was and the final-age
+// gauge shows it; after its commit the next run promotes and claims its
+// reminder, and no run claims it again. After every run no committed
+// reminder lies below the final watermark without its state row. A
+// promoter that moved final past the open writer's reminder (forcing its
+// writers "done") leaves that reminder below final without a state row
+// after the commit, and never claims it: both are asserted.
+func TestRunUnderLongWebTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.lazyHorizon(t, "2 hours")
+	request := func(key string, due time.Time) intake.Request {
+		return intake.Request{Tenant: "acme", Key: key, Channel: reminder.SMS, Recipient: "+14155550100",
+			Template: "course-expiry", DueAt: due, Deadline: due.Add(24 * time.Hour)}
+	}
+
+	web, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer web.Rollback(ctx) //nolint:errcheck
+	_, err = intake.ScheduleMany(ctx, web, []intake.Request{request("web-0", b.now.Add(2*time.Hour+10*time.Minute))})
+	require.NoError(t, err)
+
+	// (a) Intake beside it is not blocked: a lazy reminder and one due now.
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	started := time.Now()
+	out, err := intake.ScheduleMany(ictx, b.db.Pool, []intake.Request{request("other-0", b.now.Add(2*time.Hour+5*time.Minute)),
+		request("due-0", b.now.Add(-time.Minute))})
+	require.NoError(t, err, "intake beside an open web transaction")
+	require.Less(t, time.Since(started), 5*time.Second)
+	for _, o := range out {
+		require.Equal(t, intake.Created, o.Status)
+	}
+	require.Equal(t, "none", b.stateOf(t, "other-0"), "lazy")
+	// Passes reach H ahead of the database's clock, at most the horizon:
+	// widened so that runs at a fake clock two hours on reach the reminders
+	// now (as TestRunPromotesThenClaimsNothingEarly).
+	b.lazyHorizon(t, "4 hours")
+
+	reg := prometheus.NewRegistry()
+	at := b.now.Add(2*time.Hour + 15*time.Minute)
+	f := clock.NewFake(at)
+	reg.MustRegister(metrics.NewDBCollector(b.db.Pool, f))
+	d := b.dispatcher(b.mq.URL, b.mq.Topology, f, dispatch.Config{PromoteAhead: 3 * time.Hour})
+	enqueued := 0
+	runOnce := func() dispatch.Summary {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		sum, err := d.RunOnce(rctx)
+		require.NoError(t, err)
+		enqueued += sum.Enqueued
+		// (e) No committed reminder below final without its state row.
+		var lost int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM reminders r, nudge_promoter p
+			WHERE r.due_at < p.final_until AND NOT EXISTS (SELECT 1 FROM reminder_state s WHERE s.id = r.id)`).Scan(&lost))
+		require.Zero(t, lost, "committed reminders below the final watermark %s without a state row", sum.Final)
+		return sum
+	}
+	finalAge := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "nudge_promoter_final_age_seconds" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no nudge_promoter_final_age_seconds")
+		return 0
+	}
+
+	// (b), (c) Runs with the web transaction open complete, claim what is
+	// due, and leave final where it was.
+	sum := runOnce()
+	require.EqualValues(t, 1, sum.Promoted, "the committed lazy reminder")
+	require.Equal(t, 2, sum.Enqueued, "what is due is claimed")
+	require.Equal(t, "enqueued", b.stateOf(t, "other-0"))
+	require.Equal(t, "enqueued", b.stateOf(t, "due-0"))
+	// Final may reach the provisional end that the schema's migration left
+	// (before the web transaction began), not the web reminder's due time.
+	f0 := sum.Final
+	require.True(t, f0.Before(b.now.Add(time.Hour)), "final %s", f0)
+	for range 2 {
+		f.Advance(time.Minute)
+		sum = runOnce()
+		require.Zero(t, sum.Promoted)
+		require.Zero(t, sum.Claimed)
+		require.True(t, sum.Final.Equal(f0), "the web transaction is open: final stays (%s)", sum.Final)
+		var promoted bool
+		require.NoError(t, web.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reminder_state s JOIN reminders r
+			ON r.id = s.id WHERE r.key = 'web-0')`).Scan(&promoted))
+		require.False(t, promoted, "invisible to the passes, not promoted")
+		require.InDelta(t, f.Now().Sub(f0).Seconds(), finalAge(), 1, "the gauge shows final's age")
+	}
+
+	// (d) After the commit the next run promotes and claims its reminder,
+	// due 7 minutes ago at the fake clock; no run claims it again.
+	require.NoError(t, web.Commit(ctx))
+	f.Advance(time.Minute)
+	sum = runOnce()
+	require.EqualValues(t, 1, sum.Promoted, "the web transaction's reminder")
+	require.Equal(t, 1, sum.Enqueued)
+	require.Equal(t, "enqueued", b.stateOf(t, "web-0"))
+	require.True(t, sum.Final.After(f0), "final moves once its writer is gone: %s", sum.Final)
+	f.Advance(time.Minute)
+	sum = runOnce()
+	require.Zero(t, sum.Promoted)
+	require.Zero(t, sum.Claimed)
+	require.Equal(t, 3, enqueued, "each reminder enqueued once")
+	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 3}, b.states(t))
+	_, messages := b.confirmed(t)
+	require.Equal(t, 3, messages, "one message per reminder")
+	require.Less(t, finalAge(), 1.0, "final is ahead of the clock again")
 }

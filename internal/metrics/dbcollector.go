@@ -60,8 +60,9 @@ func query(name string) string { return queries.Get(name) }
 //	                                       short of H ahead the state rows of lazy reminders
 //	                                       are made (about the time since the last pass;
 //	                                       absent before one ran)
-//	nudge_promoter_final_age_seconds       now − the promoter's final watermark; above 2H, a
-//	                                       transaction writing reminders has been open that long
+//	nudge_promoter_final_age_seconds       now − the promoter's final watermark: 0 while final
+//	                                       runs ahead; above 0, a transaction writing reminders
+//	                                       has been open about this plus H
 //	nudge_dead_letter_messages{channel}    dead-letter queue depth (when DLQDepth is set)
 //	nudge_db_scrape_success, nudge_db_scrape_duration_seconds
 type DBCollector struct {
@@ -109,7 +110,7 @@ func (c *DBCollector) init() {
 			promoterLag: d("nudge_promoter_lag_seconds",
 				"Now plus the promoter's H minus its provisional end: how far short of H ahead lazy reminders get their state rows."),
 			promoterFinalAge: d("nudge_promoter_final_age_seconds",
-				"Now minus the promoter's final watermark (below it every lazy reminder has its state row); above 2H a transaction writing reminders has stayed open."),
+				"Now minus the promoter's final watermark (below it every lazy reminder has its state row); above 0 a transaction writing reminders has stayed open about this plus H."),
 			success:  d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
 			duration: d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
 		}

@@ -31,20 +31,24 @@ import (
 // none, and a promoter inserts the state rows of a due range in due order
 // (testdata/dueorder.sql), so they share pages whatever the table's size.
 
-// dueOrderQueries are testdata/dueorder.sql's statements.
-var dueOrderQueries = sync.OnceValues(func() (sqlfile.Queries, error) {
-	src, err := os.ReadFile("testdata/dueorder.sql")
-	return sqlfile.Parse("testdata/dueorder.sql", string(src)), err
-})
+// testdataSQL returns the lookup of the statements of a testdata .sql file
+// by name, the file read once; it panics on a missing file or name.
+func testdataSQL(path string) func(name string) string {
+	queries := sync.OnceValues(func() (sqlfile.Queries, error) {
+		src, err := os.ReadFile(path)
+		return sqlfile.Parse(path, string(src)), err
+	})
+	return func(name string) string {
+		q, err := queries()
+		if err != nil {
+			panic(err)
+		}
+		return q.Get(name)
+	}
+}
 
 // dueOrderSQL is testdata/dueorder.sql's statement called name.
-func dueOrderSQL(name string) string {
-	q, err := dueOrderQueries()
-	if err != nil {
-		panic(err)
-	}
-	return q.Get(name)
-}
+var dueOrderSQL = testdataSQL("testdata/dueorder.sql")
 
 // The prototype promoter that BenchmarkDueOrder measures is correct: it
 // inserts the state rows of exactly the reminders due in its range that

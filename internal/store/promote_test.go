@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/testenv"
@@ -119,6 +120,21 @@ func lostBelowWatermark(tb testing.TB, db *testenv.DB) int {
 	return lost
 }
 
+// passer returns a promoter pass up to until (H 3h, passes of 100) that
+// must complete its sweep and leave no committed reminder below final
+// without its state row.
+func passer(t *testing.T, db *testenv.DB, until time.Time) func() Promotion {
+	st := New(db.Pool)
+	return func() Promotion {
+		t.Helper()
+		p, err := st.Promote(context.Background(), until, 3*time.Hour, 100)
+		require.NoError(t, err)
+		require.True(t, p.SweepDone)
+		require.Zero(t, lostBelowWatermark(t, db), "reminders below the final watermark %s without a state row", p.Final)
+		return p
+	}
+}
+
 // The promoter's race with intake, on the real statements: a web
 // transaction that wrote a lazy reminder and commits after passes scanned
 // its due time. Its sweep's writers are waited for: the final watermark
@@ -131,11 +147,13 @@ func TestPromoterRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.Postgres(t)
-	st := New(db.Pool)
 	setLazyIntake(t, db, durationPtr(2*time.Hour))
 	t0 := time.Now().UTC().Truncate(time.Second)
+	// Where the first sweep leaves final: schema 44's step set the
+	// provisional end to its own time, with no writer to wait for, so the
+	// first sweep moves final there (38's final_until is earlier).
 	var f0 time.Time
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT final_until FROM nudge_promoter`).Scan(&f0))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT greatest(final_until, prov_until) FROM nudge_promoter`).Scan(&f0))
 
 	// The web transaction: its reminder, lazy (due 2h10m ahead), not committed.
 	web, err := db.Pool.Begin(ctx)
@@ -154,20 +172,15 @@ func TestPromoterRace(t *testing.T) {
 	setLazyIntake(t, db, durationPtr(4*time.Hour))
 
 	until := t0.Add(3 * time.Hour)
-	step := func() Promotion {
-		p, err := st.Promote(ctx, until, 3*time.Hour, 100)
-		require.NoError(t, err)
-		require.True(t, p.SweepDone)
-		require.Zero(t, lostBelowWatermark(t, db), "reminders below the final watermark %s without a state row", p.Final)
-		return p
-	}
+	step := passer(t, db, until)
 	p := step()
 	require.EqualValues(t, 1, p.Promoted, "the committed reminder promoted")
-	require.True(t, p.Final.Equal(f0), "final stays while the first sweep is provisional: %s", p.Final)
+	require.True(t, p.Final.Equal(f0), "final stays short of the first sweep's range: %s", p.Final)
 	require.True(t, p.Through.IsZero(), "no lazy reminder due past the sweep: nothing bounds the claim (%s)", p.Through)
 	p = step()
 	require.Zero(t, p.Promoted)
 	require.True(t, p.Final.Equal(f0), "the web transaction is in flight: final stays (%s)", p.Final)
+	require.Equal(t, 1, p.Read, "the web transaction in flight: the range from final scanned again")
 	lazy, state = lazyAndState(t, web, "late-commit")
 	require.True(t, lazy)
 	require.False(t, state, "not promoted while in flight")
@@ -177,6 +190,7 @@ func TestPromoterRace(t *testing.T) {
 	// promotes the late reminder, and moves final over it.
 	p = step()
 	require.EqualValues(t, 1, p.Promoted, "the late commit promoted")
+	require.Equal(t, 2, p.Read, "its writer gone: the range from final scanned again")
 	require.True(t, p.Final.Equal(until), "final %s", p.Final)
 	for _, key := range []string{"late-commit", "committed"} {
 		_, state = lazyAndState(t, db.Pool, key)
@@ -275,4 +289,50 @@ func TestPromoteWithLazyIntakeOff(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Promotion{Final: p.Final, SweepDone: true}, p)
 	require.True(t, p.ClaimCutoff(now.Add(72*time.Hour)).Equal(now.Add(72*time.Hour)))
+}
+
+// Two web transactions open: once one commits, the next sweep promotes its
+// reminder though the other is still open, and final stays until that one
+// commits too; every sweep meanwhile scans the range from final again (the
+// cost BenchmarkPromoterUnderLongTransaction measures). After every pass no
+// committed reminder lies below final without its state row.
+func TestPromoterUnderTwoWebTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	setLazyIntake(t, db, durationPtr(2*time.Hour))
+	var webs []pgx.Tx
+	t0 := time.Now().UTC().Truncate(time.Second)
+	for i := range 2 {
+		web, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer web.Rollback(ctx) //nolint:errcheck
+		scheduleSMS(t, web, fmt.Sprintf("web-%d", i), t0.Add(2*time.Hour+time.Duration(10+i)*time.Minute))
+		webs = append(webs, web)
+	}
+	setLazyIntake(t, db, durationPtr(4*time.Hour)) // as in TestPromoterRace
+	until := t0.Add(3 * time.Hour)
+	step := passer(t, db, until)
+	state := func(key string) bool {
+		_, s := lazyAndState(t, db.Pool, key)
+		return s
+	}
+	f0 := step().Final
+	require.Zero(t, step().Read, "both in flight: nothing visible")
+
+	require.NoError(t, webs[0].Commit(ctx))
+	p := step()
+	require.EqualValues(t, 1, p.Promoted, "one committed: its reminder promoted")
+	require.True(t, state("web-0"))
+	require.True(t, p.Final.Equal(f0), "the other is in flight: final stays (%s)", p.Final)
+	p = step()
+	require.Equal(t, 1, p.Read, "re-scanned while the other is in flight")
+	require.True(t, p.Final.Equal(f0), "final stays (%s)", p.Final)
+
+	require.NoError(t, webs[1].Commit(ctx))
+	p = step()
+	require.EqualValues(t, 1, p.Promoted)
+	require.True(t, state("web-1"))
+	p = step()
+	require.True(t, p.Final.Equal(until), "both gone: final moves (%s)", p.Final)
 }
