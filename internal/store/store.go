@@ -118,7 +118,7 @@ func (s *Store) ClaimDue(ctx context.Context, now, cutoff time.Time, limit int, 
 // batch is short both when nothing more is due and when one tenant ran out
 // before the others, so its length alone cannot tell.
 func (s *Store) ClaimDueBatch(ctx context.Context, now, cutoff time.Time, limit int, lease time.Duration, actor string) (claimed []Claimed, more bool, err error) {
-	rows, err := s.pool.Query(ctx, query("ClaimDue"), pgx.NamedArgs{
+	rows, err := s.pool.Query(ctx, query("ClaimDue"), named{
 		"now": now, "cutoff": cutoff, "limit": limit, "lease_until": now.Add(lease), "actor": actor,
 	})
 	if err != nil {
@@ -194,7 +194,7 @@ func byID[T any](xs []T, id func(T) int64) []T {
 }
 
 func (s *Store) ids(ctx context.Context, op, name string, args pgx.NamedArgs) (map[int64]bool, error) {
-	rows, err := s.pool.Query(ctx, query(name), args)
+	rows, err := s.pool.Query(ctx, query(name), named(args))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -216,7 +216,7 @@ func (s *Store) ConfirmPublished(ctx context.Context, now time.Time, confirmed m
 	for b, n := range confirmed {
 		batches, counts = append(batches, b), append(counts, int32(n))
 	}
-	_, err := s.pool.Exec(ctx, query("ConfirmPublished"), pgx.NamedArgs{
+	_, err := s.pool.Exec(ctx, query("ConfirmPublished"), named{
 		"now": now, "batches": batches, "confirmed": counts, "actor": actor,
 	})
 	if err != nil {
@@ -475,7 +475,7 @@ func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel rem
 		return nil, nil, fmt.Errorf("claiming reminders for delivery: channel %q: must be email, sms or webhook", channel)
 	}
 	ids, fences := split(fs)
-	rows, err := s.pool.Query(ctx, query("ClaimForDelivery"), pgx.NamedArgs{
+	rows, err := s.pool.Query(ctx, query("ClaimForDelivery"), named{
 		"now": now, "channel": string(channel), "provider": provider, "ids": ids, "fences": fences,
 		"lease_until": now.Add(lease), "actor": actor,
 	})
