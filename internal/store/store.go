@@ -374,32 +374,52 @@ type Delivery struct {
 	Window localtime.Window
 }
 
-// scanDelivery scans a Delivery from the columns LoadForDelivery and
-// ClaimForDelivery both start with, then the extra columns into extra.
-func scanDelivery(r pgx.Row, d *Delivery, extra ...any) error {
-	var data []byte
-	var next *time.Time
-	var open, close, days *int32
-	dest := append([]any{&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &data, &d.DueAt, &d.Deadline,
-		&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts, &next, &d.TZ, &open, &close, &days}, extra...)
-	if err := r.Scan(dest...); err != nil {
-		return err
+// deliveryScan reads the rows of LoadForDelivery and ClaimForDelivery into
+// destinations built once per statement and reused row by row: built per
+// row, the slice of destinations and each nullable column's pointer escaped
+// to the heap: 6 allocations a row (BenchmarkLoadForDelivery), and the
+// claim's 3 attempt columns.
+type deliveryScan struct {
+	d                 Delivery
+	data              []byte
+	next              *time.Time
+	open, close, days *int32
+	dest              []any
+}
+
+// newDeliveryScan reads the columns both statements start with, then the
+// extra columns into extra.
+func newDeliveryScan(extra ...any) *deliveryScan {
+	s := &deliveryScan{}
+	d := &s.d
+	s.dest = append([]any{&d.ID, &d.Tenant, &d.Channel, &d.Recipient, &d.Template, &s.data, &d.DueAt, &d.Deadline,
+		&d.IdempotencyKey, &d.State, &d.Fence, &d.Attempts, &s.next, &d.TZ, &s.open, &s.close, &s.days}, extra...)
+	return s
+}
+
+// scan reads the current row: a Delivery of its own (nothing of an earlier
+// row's is left in it), the extra columns into newDeliveryScan's extra.
+func (s *deliveryScan) scan(r pgx.Row) (Delivery, error) {
+	s.d, s.data, s.next, s.open, s.close, s.days = Delivery{}, nil, nil, nil, nil, nil
+	if err := r.Scan(s.dest...); err != nil {
+		return Delivery{}, err
 	}
-	if next != nil {
-		d.NextAttemptAt = *next
+	d := s.d
+	if s.next != nil {
+		d.NextAttemptAt = *s.next
 	}
-	w, err := reminder.StoredWindow(open, close, days)
+	w, err := reminder.StoredWindow(s.open, s.close, s.days)
 	if err != nil {
-		return fmt.Errorf("reminder %d: %w", d.ID, err)
+		return Delivery{}, fmt.Errorf("reminder %d: %w", d.ID, err)
 	}
 	if w != nil {
 		d.Window = *w
 	}
 	d.Zone = zone(d.TZ)
-	if err := json.Unmarshal(data, &d.Data); err != nil {
-		return fmt.Errorf("reminder %d data: %w", d.ID, err)
+	if err := json.Unmarshal(s.data, &d.Data); err != nil {
+		return Delivery{}, fmt.Errorf("reminder %d data: %w", d.ID, err)
 	}
-	return nil
+	return d, nil
 }
 
 // LoadForDelivery reads the current rows of the given reminders.
@@ -408,10 +428,8 @@ func (s *Store) LoadForDelivery(ctx context.Context, ids []int64) (map[int64]Del
 	if err != nil {
 		return nil, fmt.Errorf("reading reminders for delivery: %w", err)
 	}
-	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
-		var d Delivery
-		return d, scanDelivery(r, &d)
-	})
+	sc := newDeliveryScan()
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) { return sc.scan(r) })
 	if err != nil {
 		return nil, fmt.Errorf("reading reminders for delivery: %w", err)
 	}
@@ -485,10 +503,12 @@ func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel rem
 	defer rows.Close()
 	out := make(map[int64]Delivery, len(fs))
 	claimed := make(map[int64]Attempt, len(fs))
+	var fence, number, attemptID *int64
+	sc := newDeliveryScan(&fence, &number, &attemptID)
 	for rows.Next() {
-		var d Delivery
-		var fence, number, attemptID *int64
-		if err := scanDelivery(rows, &d, &fence, &number, &attemptID); err != nil {
+		fence, number, attemptID = nil, nil, nil
+		d, err := sc.scan(rows)
+		if err != nil {
 			return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
 		}
 		out[d.ID] = d
