@@ -54,6 +54,7 @@ func selfCPU() time.Duration {
 // messages it left in the queue. NUDGE_BENCH_ENVELOPE sets
 // Config.EnvelopeSize (default 1); the RabbitMQ node's CPU is reported when
 // its beam.smp runs on this host (shared with whatever else uses it).
+// NUDGE_BENCH_CPUPROFILE=FILE writes a CPU profile of the pass alone.
 //
 //	go test ./internal/dispatch -run '^$' -bench RunOnceCPU -benchtime 1x -v
 func BenchmarkRunOnceCPU(b *testing.B) {
@@ -120,9 +121,12 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 		}
 		return sum
 	}
+	stopProfile := testenv.CPUProfile(b) // the pass alone, seeding excluded
+	defer stopProfile()
 	pg0, self0, mq0, wall0 := pg(), selfCPU(), testenv.ProcCPU(beam), time.Now()
 	sum, err := d.RunOnce(ctx)
 	pg1, self1, mq1, wall := pg(), selfCPU(), testenv.ProcCPU(beam), time.Since(wall0)
+	stopProfile()
 	if err != nil {
 		b.Fatal(err)
 	}

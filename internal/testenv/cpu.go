@@ -3,8 +3,11 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -41,4 +44,29 @@ func BrokerPID() int {
 		}
 	}
 	return 0
+}
+
+// CPUProfile starts a CPU profile into the file NUDGE_BENCH_CPUPROFILE names,
+// if it names one, for a benchmark that profiles its measured window only
+// (seeding excluded, unlike go test -cpuprofile); stop ends it, and may be
+// called again (deferred as well) or when none was started.
+func CPUProfile(tb testing.TB) (stop func()) {
+	name := os.Getenv("NUDGE_BENCH_CPUPROFILE")
+	if name == "" {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		tb.Fatal(err)
+	}
+	return sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
 }

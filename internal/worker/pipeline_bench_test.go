@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -345,16 +344,8 @@ func runPipeline(b *testing.B, n, k int) {
 	tr.reset()
 	pg0 := backends()
 	walDeadlocks(&wal0, &dl0)
-	if f := os.Getenv("NUDGE_BENCH_CPUPROFILE"); f != "" {
-		pf, err := os.Create(f)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			b.Fatal(err)
-		}
-	}
+	stopProfile := testenv.CPUProfile(b)
+	defer stopProfile()
 	cpu0, t0, w0, mq0 := selfCPU(), time.Now(), selfWrites(), procCPU(beam)
 	b.ResetTimer()
 
@@ -389,7 +380,7 @@ func runPipeline(b *testing.B, n, k int) {
 	goCPU := selfCPU() - cpu0
 	writes := selfWrites() - w0
 	mqCPU := procCPU(beam) - mq0
-	pprof.StopCPUProfile()
+	stopProfile()
 	if dispErr != nil {
 		if err := <-dispErr; err != nil {
 			b.Fatalf("dispatcher: %v", err)
