@@ -1,8 +1,11 @@
 package config_test
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -39,4 +42,18 @@ func TestGCDefaultsYieldToTheEnvironment(t *testing.T) {
 		require.Equal(t, 150, p, "GOGC from the environment")
 		require.Equal(t, int64(math.MaxInt64), l, "GOMEMLIMIT from the environment")
 	})
+}
+
+// nudge-bench runs its in-process workers at the worker binaries' GOGC and
+// keeps its own copy of the figure (its module does not import this
+// package): the two must agree, or the bench measures another collector.
+func TestBenchHarnessUsesTheWorkersGCPercent(t *testing.T) {
+	src, err := os.ReadFile("../../bench/cmd/nudge-bench/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("const workerGCPercent = %d\n", config.WorkerGCPercent)
+	if !strings.Contains(string(src), want) {
+		t.Fatalf("bench/cmd/nudge-bench/main.go lacks %q", want)
+	}
 }
