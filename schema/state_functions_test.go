@@ -224,13 +224,36 @@ func TestStateFunctionsKeepTheirContract(t *testing.T) {
 func TestUnpromotedFunctionsKeepTheirContract(t *testing.T) {
 	t.Parallel()
 	before, after := contractAround(t, 39, schema.MigrateAfterRollout)
+	// Schema 43 creates nudge_unpromoted_due too (CREATE OR REPLACE), so it
+	// is in both lists; left out of both.
+	others := func(cs []string) []string {
+		var kept []string
+		for _, c := range cs {
+			if !strings.HasPrefix(c, "nudge_materialize(") && !strings.HasPrefix(c, "nudge_unpromoted_due(") {
+				kept = append(kept, c)
+			}
+		}
+		return kept
+	}
+	require.Equal(t, others(before), others(after))
+}
+
+// Schema version 43 replaces nudge_unpromoted_due(timestamptz) in place,
+// keeping its signature, columns and grants (release N-1's scrape and
+// nudgectl stats call it), and adds nudge_unpromoted_due(timestamptz,
+// integer) beside it; every other function keeps its contract.
+func TestBoundedUnpromotedKeepsTheContract(t *testing.T) {
+	t.Parallel()
+	before, after := contractAround(t, 43, schema.MigrateAfterRollout)
+	const capped = "nudge_unpromoted_due(timestamp with time zone,integer) |"
 	var kept []string
 	for _, c := range after {
-		if !strings.HasPrefix(c, "nudge_materialize(") && !strings.HasPrefix(c, "nudge_unpromoted_due(") {
+		if !strings.HasPrefix(c, capped) {
 			kept = append(kept, c)
 		}
 	}
 	require.Equal(t, before, kept)
+	require.Len(t, after, len(before)+1, "one function added: %s", capped)
 }
 
 // contractAround migrates a new schema with every migration but version

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,8 @@ func query(name string) string { return queries.Get(name) }
 //	nudge_oldest_enqueued_age_seconds      the oldest enqueued reminder's wait for a worker
 //	nudge_open_reminders{channel,state}    open reminders; pending ones only once due (the
 //	                                       dispatcher's backlog): a scrape counts work, never
-//	                                       the reminders scheduled for later
+//	                                       the reminders scheduled for later; of the due lazy
+//	                                       ones not yet promoted, at most UnpromotedScrapeLimit
 //	nudge_pending_reminders_estimate       every pending reminder, due or not, as the planner
 //	                                       last counted them (VACUUM/ANALYZE; absent before):
 //	                                       the pending state rows, and from schema 44 the lazy
@@ -65,6 +67,15 @@ func query(name string) string { return queries.Get(name) }
 //	                                       has been open about this plus H
 //	nudge_dead_letter_messages{channel}    dead-letter queue depth (when DLQDepth is set)
 //	nudge_db_scrape_success, nudge_db_scrape_duration_seconds
+//
+// UnpromotedScrapeLimit caps the due lazy reminders without a state row a
+// scrape reads (schema 43's nudge_unpromoted_due(now, limit), in due order
+// from the promoter's provisional end): the oldest due age stays exact, and
+// nudge_open_reminders{state="pending"} counts at most this many of them, a
+// lower bound when a lagging promoter (a dispatcher down for more than H)
+// left more. About one index entry and one primary-key probe each.
+const UnpromotedScrapeLimit = 1000
+
 type DBCollector struct {
 	DB    pg.Querier
 	Clock clock.Clock
@@ -100,7 +111,9 @@ func (c *DBCollector) init() {
 			newest:         d("nudge_newest_reminder_age_seconds", "How long ago the newest reminder was scheduled (intake): is intent still being written?"),
 			oldestDue:      d("nudge_oldest_due_age_seconds", "How long the oldest pending, due reminder has waited for the dispatcher (0: none waiting)."),
 			oldestEnqueued: d("nudge_oldest_enqueued_age_seconds", "How long the oldest enqueued reminder has waited for a worker (0: none)."),
-			open:           d("nudge_open_reminders", "Reminders not yet terminal, by channel and state; pending ones only once due.", "channel", "state"),
+			open: d("nudge_open_reminders", fmt.Sprintf("Reminders not yet terminal, by channel and state; pending ones only once due. "+
+				"Pending counts the due lazy reminders not yet promoted up to %d in all: at least that many when a lagging promoter left more.",
+				UnpromotedScrapeLimit), "channel", "state"),
 			pendingEstimate: d("nudge_pending_reminders_estimate",
 				"Pending reminders, due or scheduled for later, as PostgreSQL last estimated them (VACUUM or ANALYZE of reminder_state; of reminders before either)."),
 			misses:       d("nudge_deadline_misses_last_hour", "Reminders that expired in the last hour, by channel (from the table).", "channel"),
@@ -144,7 +157,8 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 		openJSON, missJSON                                         []byte
 		pendingEstimate                                            *float64
 	)
-	err := c.DB.QueryRow(ctx, query("DBGauges"), pgx.NamedArgs{"now": now, "hour_ago": now.Add(-time.Hour)}).Scan(
+	err := c.DB.QueryRow(ctx, query("DBGauges"), pgx.NamedArgs{"now": now, "hour_ago": now.Add(-time.Hour),
+		"unpromoted_limit": UnpromotedScrapeLimit}).Scan(
 		&oldestDue, &oldestEnq, &unexpired, &deadLease, &cutoff, &openJSON, &missJSON, &newest, &pendingEstimate)
 	ok := err == nil
 	if ok {

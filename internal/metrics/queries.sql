@@ -22,9 +22,13 @@
 -- A reminder due by @now without a state row yet (the promoter inserts it,
 -- schema 39) is pending: nudge_unpromoted_due adds it to the oldest due
 -- reminder, the oldest open deadline and the pending counts, so a lagging
--- promoter shows as age, the first alert.
+-- promoter shows as age, the first alert. It reads from the promoter's
+-- provisional end in due order, a primary-key probe per reminder, and stops
+-- after @unpromoted_limit without a state row (schema 43): the oldest due is
+-- exact, the pending count of a lagging promoter's reminders is at least
+-- what it read, the oldest deadline is the oldest among them.
 WITH unpromoted AS MATERIALIZED (
-    SELECT u.channel, u.n, u.oldest, u.oldest_deadline FROM nudge_unpromoted_due(@now) u
+    SELECT u.channel, u.n, u.oldest, u.oldest_deadline FROM nudge_unpromoted_due(@now, @unpromoted_limit) u
 )
 SELECT least((SELECT min(due_at) FROM reminder_state WHERE state = 'pending' AND due_at <= @now),
              (SELECT min(oldest) FROM unpromoted)),
