@@ -738,7 +738,7 @@ var copiesState = map[string]bool{
 	migrationsFile + ": nudge_state_mirror_inserted": true,
 	migrationsFile + ": nudge_state_mirror_updated":  true,
 	migrationsFile + ": nudge_state_mirror_back":     true,
-	"schema/queries.sql: BackfillState":             true,
+	"schema/queries.sql: BackfillState":              true,
 }
 
 // createFunction finds SQL function definitions in a migration.
