@@ -23,7 +23,10 @@ type rewritten struct {
 	names []string
 }
 
-// rewrites holds a *rewritten for each statement text seen.
+// rewrites holds a *rewritten for each statement text seen. Only
+// queries.sql's statements (a fixed set) are passed as named, so it stays
+// as small as that file; a statement built at run time must use
+// pgx.NamedArgs instead, or this map would grow with every text.
 var rewrites sync.Map
 
 // argName stands for a named argument while pgx rewrites a statement.
