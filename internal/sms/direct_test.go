@@ -279,3 +279,37 @@ func TestDefaultClientHonoursProxy(t *testing.T) {
 	}
 	require.Empty(t, got)
 }
+
+// TestDirectOrNetHTTP: New uses the direct client unless the caller gives
+// an HTTPClient or the host is not ASCII (net/http sends its IDNA form).
+func TestDirectOrNetHTTP(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg    sms.Config
+		direct bool
+	}{
+		{sms.Config{URL: "http://127.0.0.1:9025"}, true},
+		{sms.Config{URL: "https://sms.example.com/api"}, true},
+		{sms.Config{URL: "https://sms.example.com", HTTPClient: &http.Client{}}, false},
+		{sms.Config{URL: "https://bücher.example"}, false},
+	} {
+		c, err := sms.New(tc.cfg)
+		require.NoError(t, err)
+		require.Equal(t, tc.direct, sms.Direct(c), tc.cfg.URL)
+	}
+}
+
+// An idempotency key that is not a valid header value (a line break) is
+// refused as net/http refuses it, and nothing reaches the provider.
+func TestSendRefusesAnInvalidKey(t *testing.T) {
+	t.Parallel()
+	for _, tr := range transports {
+		b := setup(t)
+		c, err := sms.New(sms.Config{URL: b.url, HTTPClient: tr.http()})
+		require.NoError(t, err)
+		_, err = c.Send(t.Context(), message("k\r\nX-Injected: 1"))
+		requireSendError(t, err, provider.Retryable, "network")
+		require.ErrorContains(t, err, `invalid header field value for "Idempotency-Key"`, tr.name)
+		require.Empty(t, b.fake.Attempts(), tr.name)
+	}
+}
