@@ -16,11 +16,12 @@ import (
 	"github.com/nudgehq/nudge/internal/sms"
 )
 
-// The caller's deadline, not Config.Timeout, ends a send wherever the
-// exchange stalls: in the TLS handshake, waiting for the status line, or in
-// the middle of the body. The worker sets that deadline to the reminder's.
-func TestSendIsCutAtTheCallersDeadline(t *testing.T) {
-	t.Parallel()
+// stallPoints are servers that stall a send where it can stall: in the TLS
+// handshake, before the status line, in the middle of the body.
+func stallPoints(t *testing.T) []struct {
+	name string
+	url  func(t *testing.T) string
+} {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	stall := func(w http.ResponseWriter, r *http.Request) {
@@ -38,30 +39,58 @@ func TestSendIsCutAtTheCallersDeadline(t *testing.T) {
 		w.(http.Flusher).Flush()
 		stall(w, r)
 	}
-	for _, tc := range []struct {
+	return []struct {
 		name string
 		url  func(t *testing.T) string
 	}{
 		{"in the TLS handshake", func(t *testing.T) string { return "https://" + silentListener(t) }},
 		{"before the status line", func(t *testing.T) string { return serve(t, stall) }},
 		{"in the body", func(t *testing.T) string { return serve(t, halfBody) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			c, err := sms.New(sms.Config{URL: tc.url(t), Timeout: 20 * time.Second})
-			require.NoError(t, err)
-			// The clock starts before the deadline is set: a send that ends
-			// at its deadline took at least 300 ms from here.
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-			defer cancel()
-			_, err = c.Send(ctx, message("k"))
-			took := time.Since(start)
-			requireSendError(t, err, provider.Retryable, "timeout")
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			require.GreaterOrEqual(t, took, 300*time.Millisecond, "not before the deadline")
-			require.Less(t, took, 5*time.Second, "at the deadline, not at Config.Timeout")
-		})
+	}
+}
+
+// The caller's deadline, not Config.Timeout, ends a send wherever the
+// exchange stalls, through either transport, and so does a cancellation (the
+// worker's abort at the end of its grace period). The worker sets that
+// deadline to the reminder's.
+func TestSendIsCutAtTheCallersDeadline(t *testing.T) {
+	t.Parallel()
+	endings := []struct {
+		name    string
+		code    string
+		want    error
+		context func(context.Context) (context.Context, context.CancelFunc)
+	}{
+		{"deadline", "timeout", context.DeadlineExceeded, func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 300*time.Millisecond)
+		}},
+		{"cancellation", "canceled", context.Canceled, func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(ctx)
+			stop := time.AfterFunc(300*time.Millisecond, cancel)
+			return ctx, func() { stop.Stop(); cancel() }
+		}},
+	}
+	for _, tr := range transports {
+		for _, end := range endings {
+			for _, tc := range stallPoints(t) {
+				t.Run(tr.name+"/"+end.name+"/"+tc.name, func(t *testing.T) {
+					t.Parallel()
+					c, err := sms.New(sms.Config{URL: tc.url(t), Timeout: 20 * time.Second, HTTPClient: tr.http()})
+					require.NoError(t, err)
+					// The clock starts before the deadline is set: a send that
+					// ends at its deadline took at least 300 ms from here.
+					start := time.Now()
+					ctx, cancel := end.context(t.Context())
+					defer cancel()
+					_, err = c.Send(ctx, message("k"))
+					took := time.Since(start)
+					requireSendError(t, err, provider.Retryable, end.code)
+					require.ErrorIs(t, err, end.want)
+					require.GreaterOrEqual(t, took, 300*time.Millisecond, "not before the "+end.name)
+					require.Less(t, took, 5*time.Second, "at the "+end.name+", not at Config.Timeout")
+				})
+			}
+		}
 	}
 }
 

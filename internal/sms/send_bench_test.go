@@ -23,11 +23,17 @@ func benchMessage(i int) provider.Message {
 
 // BenchmarkSend is one Send to the fake provider over loopback HTTP with a
 // pooled connection: the client's and the fake's cost per message (both in
-// this process, as in BenchmarkPipeline).
+// this process, as in BenchmarkPipeline), through the default client
+// ("direct") and through net/http's ("net-http").
 //
 //	go test ./internal/sms -run '^$' -bench '^Benchmark(Render|Send)$' -benchmem -count 6
 func BenchmarkSend(b *testing.B) {
-	sendLoop(b, setup(b).client(b, 0))
+	b.Run("direct", func(b *testing.B) { sendLoop(b, setup(b).client(b, 0)) })
+	b.Run("net-http", func(b *testing.B) {
+		bb := setup(b)
+		bb.netHTTP = true
+		sendLoop(b, bb.client(b, 0))
+	})
 }
 
 // sendLoop sends benchMessage(1), (2), … with c for as long as b runs.

@@ -90,9 +90,12 @@ type Config struct {
 	// Sender is the "from" field (a number or alphanumeric sender ID). The
 	// zero value omits it and lets the provider choose its default.
 	Sender string
-	// HTTPClient sends the requests. Nil means a new client with no timeout
-	// of its own (Timeout applies) that pools up to 128 idle connections to
-	// the provider.
+	// HTTPClient sends the requests. Nil means the direct client
+	// (direct.go: each request written and its answer read on the sending
+	// goroutine, HTTP/1.1, pooled connections closed after 30 s idle), or,
+	// when the environment names a proxy for URL (HTTP_PROXY, HTTPS_PROXY,
+	// NO_PROXY) or URL's host is not ASCII, net/http's client as
+	// defaultHTTPClient builds it. Timeout applies to either.
 	HTTPClient *http.Client
 	// Templates renders message bodies. Nil means the embedded defaults
 	// (DefaultTemplates).
@@ -102,15 +105,19 @@ type Config struct {
 // Client sends SMS through the provider's HTTP API. It implements
 // provider.Sender and is safe for concurrent use.
 type Client struct {
-	endpoint  string
-	post      *http.Request // the send's request without context, header or body
-	auth      []string      // the Authorization header's value, nil when none
-	token     string
-	sender    string
-	timeout   time.Duration
-	http      *http.Client
-	templates *Templates
-	now       func() time.Time
+	endpoint string
+	post     *http.Request // the send's request without context, header or body
+	auth     []string      // the Authorization header's value, nil when none
+	token    string
+	sender   string
+	timeout  time.Duration
+	http     *http.Client  // nil when direct is set
+	direct   *directClient // the default; nil when net/http's client is used
+	// postBefore and postAfter are a direct send's head around its
+	// Content-Length value (postHead).
+	postBefore, postAfter []byte
+	templates             *Templates
+	now                   func() time.Time
 }
 
 var (
@@ -143,17 +150,11 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: Config.Token must not contain line breaks", ErrInvalidConfig)
 	}
 	hc := cfg.HTTPClient
+	var direct *directClient
 	if hc == nil {
-		// The default transport keeps 2 idle connections per host; a worker
-		// sends a batch concurrently to one provider host and would open and
-		// close a connection per send. A worker with its defaults has up to
-		// 4 × 50 = 200 sends in flight: with fewer idle connections kept than
-		// that, each wave of answers closes the surplus and the next wave
-		// dials it again (128 kept: 365–1,359 connections per 20,000 sends
-		// in nudge-bench's procs runs, dials ~4.5% of the worker's CPU).
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns, t.MaxIdleConnsPerHost = 512, 256
-		hc = &http.Client{Transport: t}
+		if direct = newDirect(u); direct == nil {
+			hc = defaultHTTPClient()
+		}
 	}
 	tmpl := cfg.Templates
 	if tmpl == nil {
@@ -172,7 +173,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Token != "" {
 		auth = []string{"Bearer " + cfg.Token}
 	}
-	return &Client{
+	c := &Client{
 		endpoint:  endpoint,
 		post:      post,
 		auth:      auth,
@@ -180,9 +181,30 @@ func New(cfg Config) (*Client, error) {
 		sender:    cfg.Sender,
 		timeout:   timeout,
 		http:      hc,
+		direct:    direct,
 		templates: tmpl,
 		now:       time.Now,
-	}, nil
+	}
+	if direct != nil {
+		c.postBefore, c.postAfter = postHead(direct, post.URL.RequestURI(), cfg.Token)
+	}
+	return c, nil
+}
+
+// defaultHTTPClient is net/http's client as New uses it when the direct
+// client cannot serve (a proxy) and NewTwilio always: a clone of
+// http.DefaultTransport (proxies from the environment, HTTP/2) that keeps
+// an idle connection for every send in flight. The default transport keeps
+// 2 idle connections per host; a worker sends a batch concurrently to one
+// provider host and would open and close a connection per send. A worker
+// with its defaults has up to 4 × 50 = 200 sends in flight: with fewer idle
+// connections kept than that, each wave of answers closes the surplus and
+// the next wave dials it again (128 kept: 365–1,359 connections per 20,000
+// sends in nudge-bench's procs runs, dials ~4.5% of the worker's CPU).
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 512, 256
+	return &http.Client{Transport: t}
 }
 
 // templateData fills data with msg.Data plus the facts about the reminder,
@@ -239,6 +261,9 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 
 	ctx, cancel := provider.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	if c.direct != nil {
+		return c.sendDirect(ctx, msg, payload)
+	}
 	req := c.request(ctx, payload, msg.IdempotencyKey)
 
 	// The caller's last check, once nothing but the request itself is left:
@@ -261,7 +286,36 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 		// the same key is safe either way.
 		return "", transportError(fmt.Sprintf("reading sms response (status %d)", resp.StatusCode), err)
 	}
-	return c.interpret(resp, body)
+	return c.interpret(resp.StatusCode, retryAfter(resp), body)
+}
+
+// sendDirect is the rest of Send through the direct client.
+func (c *Client) sendDirect(ctx context.Context, msg provider.Message, payload []byte) (string, error) {
+	if err := msg.Open(); err != nil {
+		return "", err
+	}
+	rq := requests.Get().(*request)
+	defer rq.release()
+	var err error
+	if rq.b, err = appendPostHead(rq.b[:0], c.postBefore, c.postAfter, len(payload), msg.IdempotencyKey); err != nil {
+		return "", transportError(fmt.Sprintf("sending reminder %d by sms", msg.ReminderID), err)
+	}
+	rq.b = append(rq.b, payload...)
+	rb := answers.Get().(*answer)
+	defer rb.release()
+	status, wait, err := c.direct.exchange(ctx, rq.b, rb)
+	if err != nil {
+		return "", transportError(fmt.Sprintf("sending reminder %d by sms", msg.ReminderID), err)
+	}
+	return c.interpret(status, wait, rb.b)
+}
+
+// retryAfter is resp's Retry-After when its status may carry one.
+func retryAfter(resp *http.Response) string {
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return ""
+	}
+	return resp.Header.Get("Retry-After")
 }
 
 // Header values every send shares. A request's header map is its own, but
@@ -331,6 +385,9 @@ func (c *Client) Lookup(ctx context.Context, msg provider.Message) (string, erro
 	if err != nil {
 		return "", provider.PermanentError("message", fmt.Errorf("building sms lookup url: %w", err))
 	}
+	if c.direct != nil {
+		return c.lookupDirect(ctx, msg, u)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", provider.PermanentError("message", fmt.Errorf("building sms lookup: %w", err))
@@ -350,12 +407,30 @@ func (c *Client) Lookup(ctx context.Context, msg provider.Message) (string, erro
 	if resp.StatusCode == http.StatusNotFound {
 		return "", fmt.Errorf("looking up reminder %d by sms: %w", msg.ReminderID, provider.ErrNotFound)
 	}
-	return c.interpret(resp, body)
+	return c.interpret(resp.StatusCode, retryAfter(resp), body)
 }
 
-// interpret maps a complete response onto an id or a *provider.Error.
-func (c *Client) interpret(resp *http.Response, body []byte) (string, error) {
-	status := resp.StatusCode
+// lookupDirect is the rest of Lookup through the direct client: GET target.
+func (c *Client) lookupDirect(ctx context.Context, msg provider.Message, target string) (string, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", provider.PermanentError("message", fmt.Errorf("building sms lookup url: %w", err))
+	}
+	rb := answers.Get().(*answer)
+	defer rb.release()
+	status, wait, err := c.direct.exchange(ctx, getHead(c.direct, u.RequestURI(), c.token), rb)
+	if err != nil {
+		return "", transportError(fmt.Sprintf("looking up reminder %d by sms", msg.ReminderID), err)
+	}
+	if status == http.StatusNotFound {
+		return "", fmt.Errorf("looking up reminder %d by sms: %w", msg.ReminderID, provider.ErrNotFound)
+	}
+	return c.interpret(status, wait, rb.b)
+}
+
+// interpret maps a complete response, its status, Retry-After (for a
+// non-2xx) and body, onto an id or a *provider.Error.
+func (c *Client) interpret(status int, retryAfter string, body []byte) (string, error) {
 	code := "http_" + strconv.Itoa(status)
 	switch {
 	case status >= 200 && status < 300:
@@ -373,7 +448,7 @@ func (c *Client) interpret(resp *http.Response, body []byte) (string, error) {
 		}
 		return a.ID, nil
 	case status == http.StatusTooManyRequests, status == http.StatusRequestTimeout, status >= 500:
-		wait := ParseRetryAfter(resp.Header.Get("Retry-After"), c.now())
+		wait := ParseRetryAfter(retryAfter, c.now())
 		return "", provider.RetryableError(code, wait, statusError(status, body))
 	case status >= 300 && status < 500:
 		return "", provider.PermanentError(code, statusError(status, body))

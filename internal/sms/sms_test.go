@@ -1,6 +1,8 @@
 package sms_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +36,18 @@ type bundle struct {
 	fake *fakesms.Server
 	url  string
 	http *http.Client
+	// netHTTP has the generic client send through http (net/http's
+	// client) rather than its default, the direct client.
+	netHTTP bool
+}
+
+// httpClient is the generic client's Config.HTTPClient: nil (the direct
+// client) unless b.netHTTP.
+func (b *bundle) httpClient() *http.Client {
+	if b.netHTTP {
+		return b.http
+	}
+	return nil
 }
 
 func setup(t testing.TB, opts ...fakesms.Option) *bundle {
@@ -47,7 +61,7 @@ func setup(t testing.TB, opts ...fakesms.Option) *bundle {
 
 func (b *bundle) client(t testing.TB, timeout time.Duration) *sms.Client {
 	t.Helper()
-	c, err := sms.New(sms.Config{URL: b.url, Timeout: timeout, Sender: "Nudge", HTTPClient: b.http})
+	c, err := sms.New(sms.Config{URL: b.url, Timeout: timeout, Sender: "Nudge", HTTPClient: b.httpClient()})
 	require.NoError(t, err)
 	return c
 }
@@ -78,7 +92,7 @@ func requireSendError(t *testing.T, err error, kind provider.Kind, code string) 
 func TestSendAccepted(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakesms.WithToken("s3cret"))
-	c, err := sms.New(sms.Config{URL: b.url, Token: "s3cret", Sender: "Nudge", HTTPClient: b.http})
+	c, err := sms.New(sms.Config{URL: b.url, Token: "s3cret", Sender: "Nudge", HTTPClient: b.httpClient()})
 	require.NoError(t, err)
 
 	id, err := c.Send(t.Context(), message("rem-42-v1"))
@@ -102,7 +116,7 @@ func TestSendAccepted(t *testing.T) {
 func TestSendWrongTokenIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakesms.WithToken("s3cret"))
-	c, err := sms.New(sms.Config{URL: b.url, Token: "wrong", HTTPClient: b.http})
+	c, err := sms.New(sms.Config{URL: b.url, Token: "wrong", HTTPClient: b.httpClient()})
 	require.NoError(t, err)
 
 	_, err = c.Send(t.Context(), message("k"))
@@ -420,6 +434,11 @@ func TestSendNoTokenNoAuthorization(t *testing.T) {
 func TestSendResponseMapping(t *testing.T) {
 	t.Parallel()
 	long := "a" + strings.Repeat("é", 300) // the 200-byte cut falls inside a rune
+	huge := strings.Repeat("x", 300<<10)
+	padding := map[string]string{}
+	for i := range 10 {
+		padding[fmt.Sprintf("X-Padding-%d", i)] = strings.Repeat("p", 1000)
+	}
 	tests := []struct {
 		name       string
 		status     int
@@ -445,37 +464,55 @@ func TestSendResponseMapping(t *testing.T) {
 		{name: "404", status: 404, body: `{"error":"no route"}`, wantKind: provider.Permanent, wantCode: "http_404", wantErrSub: `no route`},
 		{name: "422 long body is cut", status: 422, body: long, wantKind: provider.Permanent, wantCode: "http_422", wantErrSub: `"...`},
 		{name: "300", status: 300, wantKind: provider.Permanent, wantCode: "http_300"},
+		// The client asks for gzip (as net/http's does) and reads it decoded.
+		{name: "gzip", status: 202, header: map[string]string{"Content-Encoding": "gzip"}, body: gzipped(t, `{"id":"z"}`), wantID: "z"},
+		// Longer than the client reads: classified on the status and the start.
+		{name: "400 huge body", status: 400, body: huge, wantKind: provider.Permanent, wantCode: "http_400", wantErrSub: `"xxx`},
+		{name: "202 huge body", status: 202, body: `{"id":"x` + huge, wantKind: provider.Retryable, wantCode: "bad_response"},
+		{name: "10 KiB of headers (a CDN's)", status: 202, header: padding, body: `{"id":"p"}`, wantID: "p"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			url := cannedServer(t, func(w http.ResponseWriter, _ *http.Request) {
-				for k, v := range tt.header {
-					w.Header().Set(k, v)
-				}
-				w.WriteHeader(tt.status)
-				_, _ = io.WriteString(w, tt.body)
-			})
-			c, err := sms.New(sms.Config{URL: url})
-			require.NoError(t, err)
-
-			id, err := c.Send(t.Context(), message("k"))
-			if tt.wantCode == "" {
+	for _, tr := range transports {
+		for _, tt := range tests {
+			t.Run(tr.name+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				url := cannedServer(t, func(w http.ResponseWriter, _ *http.Request) {
+					for k, v := range tt.header {
+						w.Header().Set(k, v)
+					}
+					w.WriteHeader(tt.status)
+					_, _ = io.WriteString(w, tt.body)
+				})
+				c, err := sms.New(sms.Config{URL: url, HTTPClient: tr.http()})
 				require.NoError(t, err)
-				require.Equal(t, tt.wantID, id)
-				return
-			}
-			pe := requireSendError(t, err, tt.wantKind, tt.wantCode)
-			require.Equal(t, tt.wantAfter, pe.RetryAfter)
-			if tt.wantErrSub != "" {
-				require.Contains(t, err.Error(), tt.wantErrSub)
-			}
-			if len(tt.body) > 200 {
-				require.NotContains(t, err.Error(), tt.body, "the excerpt must be cut")
-				require.Less(t, len(err.Error()), 400)
-			}
-		})
+
+				id, err := c.Send(t.Context(), message("k"))
+				if tt.wantCode == "" {
+					require.NoError(t, err)
+					require.Equal(t, tt.wantID, id)
+					return
+				}
+				pe := requireSendError(t, err, tt.wantKind, tt.wantCode)
+				require.Equal(t, tt.wantAfter, pe.RetryAfter)
+				if tt.wantErrSub != "" {
+					require.Contains(t, err.Error(), tt.wantErrSub)
+				}
+				if len(tt.body) > 200 {
+					require.NotContains(t, err.Error(), tt.body, "the excerpt must be cut")
+					require.Less(t, len(err.Error()), 400)
+				}
+			})
+		}
 	}
+}
+
+// gzipped is s compressed with gzip.
+func gzipped(t *testing.T, s string) string {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, err := zw.Write([]byte(s))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return b.String()
 }
 
 func TestSendTransportErrors(t *testing.T) {
@@ -636,7 +673,7 @@ func TestSendAddsReminderFacts(t *testing.T) {
 	tmpl, err := sms.LoadTemplates(dir)
 	require.NoError(t, err)
 	b := setup(t)
-	c, err := sms.New(sms.Config{URL: b.url, HTTPClient: b.http, Templates: tmpl})
+	c, err := sms.New(sms.Config{URL: b.url, HTTPClient: b.httpClient(), Templates: tmpl})
 	require.NoError(t, err)
 
 	msg := message("k")

@@ -37,6 +37,11 @@ func adapters() []adapter {
 	return []adapter{
 		{name: "generic", permanentCode: "http_400",
 			new: func(t *testing.T, b *bundle, timeout time.Duration) provider.Looker { return b.client(t, timeout) }},
+		{name: "generic over net/http", permanentCode: "http_400",
+			new: func(t *testing.T, b *bundle, timeout time.Duration) provider.Looker {
+				b.netHTTP = true
+				return b.client(t, timeout)
+			}},
 		{name: "twilio", permanentCode: "twilio_21211",
 			new: func(t *testing.T, b *bundle, timeout time.Duration) provider.Looker { return b.twilio(t, timeout, nil) }},
 	}

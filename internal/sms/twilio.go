@@ -74,7 +74,9 @@ type TwilioConfig struct {
 	StatusCallback string
 	// Timeout bounds each request, as in Config. Zero: DefaultTimeout.
 	Timeout time.Duration
-	// HTTPClient sends the requests. Nil: as in Config.
+	// HTTPClient sends the requests. Nil: net/http's client as New's
+	// fallback builds it (defaultHTTPClient); the direct client serves the
+	// generic API alone.
 	HTTPClient *http.Client
 	// Templates renders message bodies. Nil: DefaultTemplates.
 	Templates *Templates
@@ -135,9 +137,13 @@ func NewTwilio(cfg TwilioConfig) (*TwilioClient, error) {
 		}
 	}
 	plain := Config{URL: "http://x", Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient, Templates: cfg.Templates}
-	base, err := New(plain) // the same defaults for the client, timeout and templates
+	base, err := New(plain) // the same defaults for the timeout and templates
 	if err != nil {
 		return nil, err
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = defaultHTTPClient()
 	}
 	return &TwilioClient{
 		messages:  u.JoinPath(twilioAPIVersion, "Accounts", cfg.AccountSID, "Messages").String(),
@@ -147,7 +153,7 @@ func NewTwilio(cfg TwilioConfig) (*TwilioClient, error) {
 		service:   cfg.MessagingServiceSID,
 		callback:  cfg.StatusCallback,
 		timeout:   base.timeout,
-		http:      base.http,
+		http:      hc,
 		templates: base.templates,
 		now:       time.Now,
 	}, nil

@@ -39,29 +39,33 @@ func wireMessage() provider.Message {
 }
 
 // TestSendWireFormat: the request the provider receives, headers and body
-// byte for byte, is the one Send wrote before its request was built from
-// parts kept per client (the golden below was dumped from that version,
-// 27063d5, with the same message): strings that need escaping, HTML
-// characters, U+2028, a control byte, invalid UTF-8.
+// byte for byte, through either transport, is the one Send wrote before its
+// request was built from parts kept per client (wantWire was dumped from
+// that version, 27063d5, with the same message): strings that need
+// escaping, HTML characters, U+2028, a control byte, invalid UTF-8.
 func TestSendWireFormat(t *testing.T) {
 	t.Parallel()
 	url, got := dumpServer(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(`{"id":"prov-1"}`))
 	})
-	c, err := sms.New(sms.Config{URL: url + "/gateway/", Token: "tok", Sender: "NUDGE"})
-	require.NoError(t, err)
-	m := wireMessage()
-	id, err := c.Send(t.Context(), m)
-	require.NoError(t, err)
-	require.Equal(t, "prov-1", id)
-	want := "POST /gateway/v1/messages HTTP/1.1\r\nHost: HOST\r\nAccept: application/json\r\nAccept-Encoding: gzip\r\n" +
-		"Authorization: Bearer tok\r\nContent-Length: 239\r\nContent-Type: application/json\r\nIdempotency-Key: rem-42-v3\r\n" +
-		"User-Agent: Go-http-client/1.1\r\n\r\n" +
-		`{"to":"+15555550100","body":"Hi A\u003cd\u003ea \u0026 \"B\" \u2028 \u0001 é \ufffd, your access to Go\t101\n expires on 31 Jan 2030. ` +
-		`Finish your lessons before then to keep your progress.","reference":"42","tenant":"acme","from":"NUDGE"}`
-	require.Equal(t, want, <-got)
+	for _, tr := range transports {
+		c, err := sms.New(sms.Config{URL: url + "/gateway/", Token: "tok", Sender: "NUDGE", HTTPClient: tr.http()})
+		require.NoError(t, err)
+		id, err := c.Send(t.Context(), wireMessage())
+		require.NoError(t, err, tr.name)
+		require.Equal(t, "prov-1", id)
+		require.Equal(t, wantWire, <-got, tr.name)
+	}
 }
+
+// wantWire is the request TestSendWireFormat's send must reach the provider
+// as, dumped from 27063d5.
+const wantWire = "POST /gateway/v1/messages HTTP/1.1\r\nHost: HOST\r\nAccept: application/json\r\nAccept-Encoding: gzip\r\n" +
+	"Authorization: Bearer tok\r\nContent-Length: 239\r\nContent-Type: application/json\r\nIdempotency-Key: rem-42-v3\r\n" +
+	"User-Agent: Go-http-client/1.1\r\n\r\n" +
+	`{"to":"+15555550100","body":"Hi A\u003cd\u003ea \u0026 \"B\" \u2028 \u0001 é \ufffd, your access to Go\t101\n expires on 31 Jan 2030. ` +
+	`Finish your lessons before then to keep your progress.","reference":"42","tenant":"acme","from":"NUDGE"}`
 
 // TestTwilioWireFormat: the requests Twilio receives from a send and a
 // lookup by SID, headers (the basic-auth Authorization among them) and body

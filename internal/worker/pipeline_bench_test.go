@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"sort"
@@ -251,8 +250,8 @@ func runPipeline(b *testing.B, n, k int) {
 	if os.Getenv("NUDGE_BENCH_SENDER") != "nop" {
 		sink := httptest.NewServer(fakesms.New())
 		b.Cleanup(sink.Close)
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
-		if sender, err = sms.New(sms.Config{URL: sink.URL, Timeout: 10 * time.Second, HTTPClient: hc}); err != nil {
+		// sms.New's default client, as the sms-worker binary wires it.
+		if sender, err = sms.New(sms.Config{URL: sink.URL, Timeout: 10 * time.Second}); err != nil {
 			b.Fatal(err)
 		}
 	}

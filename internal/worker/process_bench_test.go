@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"syscall"
 	"testing"
@@ -50,10 +49,9 @@ func benchProcessBatch(b *testing.B, size int, viaHTTP bool) {
 	if viaHTTP {
 		srv := httptest.NewServer(fakesms.New())
 		b.Cleanup(srv.Close)
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}}
-		b.Cleanup(hc.CloseIdleConnections)
-		// As the binaries wire it: the adapter's timeout is the worker's send timeout.
-		c, err := smsapi.New(smsapi.Config{URL: srv.URL, HTTPClient: hc, Timeout: f.w.cfg.SendTimeout})
+		// As the binaries wire it: the default client, and the adapter's
+		// timeout is the worker's send timeout.
+		c, err := smsapi.New(smsapi.Config{URL: srv.URL, Timeout: f.w.cfg.SendTimeout})
 		if err != nil {
 			b.Fatal(err)
 		}

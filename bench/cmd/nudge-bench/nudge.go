@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -378,15 +377,14 @@ func fakeSMS(sent *atomic.Int64) (countedSMS, func(), error) {
 	if err != nil {
 		return countedSMS{}, nil, err
 	}
-	// A pooled transport: the production default (http.Client{} with
-	// MaxIdleConnsPerHost 2) would measure TCP connection churn instead.
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
-	sender, err := sms.New(sms.Config{URL: fp.URL, Timeout: 10 * time.Second, HTTPClient: hc})
+	// sms.New's default client, as the sms-worker binary wires it (its
+	// pooled connections close after 30 s idle, or with the provider).
+	sender, err := sms.New(sms.Config{URL: fp.URL, Timeout: 10 * time.Second})
 	if err != nil {
 		fp.stop()
 		return countedSMS{}, nil, fmt.Errorf("SMS client: %w", err)
 	}
-	return countedSMS{sender, sent}, func() { hc.CloseIdleConnections(); fp.stop() }, nil
+	return countedSMS{sender, sent}, func() { fp.stop() }, nil
 }
 
 // countedSMS is the real SMS client (every method of it: the worker asks a
