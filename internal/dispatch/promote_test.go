@@ -132,7 +132,8 @@ func TestBrokerDownRunPromotesThenExpiresALazyReminder(t *testing.T) {
 
 // A web transaction that wrote a lazy reminder and stays open (an
 // application's hour-long batch import: intent is written inside its own
-// transaction) costs the promoter re-scans, never a loss nor a blocked
+// transaction) costs the promoter one re-scan after it ends (schema 46;
+// re-scans by every run before), never a loss nor a blocked
 // intake or claim: while it is open, intake of other reminders completes
 // at once, runs complete and claim what is due (a lazy reminder committed
 // meanwhile too), the final watermark stays where it was and the final-age

@@ -94,7 +94,7 @@ func explainPass(tb testing.TB, t *dueTable, now time.Time) (hit, read, walBytes
 		hit, read = n[0].Plan.Hit, n[0].Plan.Read
 		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+query("PromoterSave"), pgx.NamedArgs{
 			"ahead": time.Hour, "final_until": now, "prov_until": now.Add(time.Hour), "prov_wait": []string{},
-			"sweep_until": nil, "sweep_wait": nil, "sweep_prev_done": nil, "cursor_due": nil, "cursor_id": nil}).
+			"floor_wait": []string{}, "floor_at": []time.Time{}, "sweep_until": nil, "sweep_wait": nil, "sweep_prev_done": nil, "cursor_due": nil, "cursor_id": nil}).
 			Scan(&raw); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,7 +59,12 @@ func TestPromoterSweepDecisions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			w := startSweep(c.w, c.until, c.limit, nil, c.prevDone)
+			r := reading{Limit: c.limit}
+			if !c.prevDone {
+				c.w.ProvWait = []string{"1/5"} // in flight
+				r.Alive = c.w.ProvWait
+			}
+			w := startSweep(c.w, c.until, r)
 			require.NotNil(t, w.Sweep)
 			require.Equal(t, c.w.Final, w.Sweep.AfterDue, "a sweep starts at the final watermark")
 			w = afterPass(w, c.read, c.max, at(20), 7)
@@ -70,7 +76,8 @@ func TestPromoterSweepDecisions(t *testing.T) {
 				require.EqualValues(t, 7, w.Sweep.AfterID)
 				require.Nil(t, w.ProvWait, "a sweep in progress keeps the last one's writers")
 				// A sweep in progress is resumed, not restarted.
-				require.Equal(t, w, startSweep(w, c.until.Add(time.Hour), c.limit.Add(time.Hour), []string{"3/9"}, false))
+				require.Equal(t, w, startSweep(w, c.until.Add(time.Hour),
+					reading{Limit: c.limit.Add(time.Hour), Writers: []string{"3/9"}, Alive: []string{"1/5"}}))
 			} else {
 				require.Equal(t, []string{}, w.ProvWait, "the completed sweep's writers (none) are kept")
 			}
@@ -82,6 +89,108 @@ func TestPromoterSweepDecisions(t *testing.T) {
 	require.True(t, p.ClaimCutoff(at(10)).Equal(at(10)))
 	require.True(t, p.ClaimCutoff(at(40)).Equal(at(30).Add(-time.Microsecond)))
 	require.True(t, Promotion{}.ClaimCutoff(at(40)).Equal(at(40)))
+}
+
+// Where a sweep starts (schema 46): at the last sweep's end unless a
+// writer it waited for is gone, then at the smallest such writer's floor
+// (never below final); at final whenever the floors are not this
+// release's; and the floors a new sweep records for its writers.
+func TestPromoterSweepStart(t *testing.T) {
+	t.Parallel()
+	at := func(m int) time.Time { return time.Date(2026, 12, 2, 9, m, 0, 0, time.UTC) }
+	ptr := func(t time.Time) *time.Time { return &t }
+	mark := func(final, prov int, wait []string, floors map[string]int) watermark {
+		w := watermark{Final: at(final), ProvUntil: ptr(at(prov)), ProvWait: wait}
+		if floors != nil {
+			w.FloorWait, w.FloorAt = []string{}, []time.Time{}
+			for _, v := range wait { // FloorWait in prov_wait's order, as a sweep of this release stores it
+				if f, ok := floors[v]; ok {
+					w.FloorWait, w.FloorAt = append(w.FloorWait, v), append(w.FloorAt, at(f))
+				}
+			}
+			for v, f := range floors {
+				if !slices.Contains(wait, v) {
+					w.FloorWait, w.FloorAt = append(w.FloorWait, v), append(w.FloorAt, at(f))
+				}
+			}
+		}
+		return w
+	}
+	cases := []struct {
+		name       string
+		w          watermark
+		r          reading
+		wantFrom   time.Time
+		wantFloors map[string]time.Time // the new sweep's writers
+		wantDone   bool                 // PrevDone
+	}{
+		{name: "nobody waited for: the last sweep's end",
+			w: mark(10, 60, []string{}, map[string]int{}), r: reading{},
+			wantFrom: at(60), wantFloors: map[string]time.Time{}, wantDone: true},
+		{name: "a long writer in flight: no re-scan, its floor kept",
+			w:        mark(10, 60, []string{"3/7"}, map[string]int{"3/7": 10}),
+			r:        reading{Writers: []string{"3/7"}, Alive: []string{"3/7"}},
+			wantFrom: at(60), wantFloors: map[string]time.Time{"3/7": at(10)}},
+		{name: "it is gone: from its floor",
+			w: mark(10, 60, []string{"3/7"}, map[string]int{"3/7": 10}), r: reading{},
+			wantFrom: at(10), wantFloors: map[string]time.Time{}, wantDone: true},
+		{name: "a short writer gone, a new one: from the gone one's floor; the new one's is the last end",
+			w: mark(30, 60, []string{"4/1"}, map[string]int{"4/1": 45}), r: reading{Writers: []string{"4/2"}},
+			wantFrom: at(45), wantFloors: map[string]time.Time{"4/2": at(60)}, wantDone: true},
+		{name: "two writers, the later floor's gone: from its floor, the other waited for",
+			w:        mark(10, 60, []string{"3/7", "5/2"}, map[string]int{"3/7": 10, "5/2": 40}),
+			r:        reading{Writers: []string{"3/7"}, Alive: []string{"3/7"}},
+			wantFrom: at(40), wantFloors: map[string]time.Time{"3/7": at(10)}},
+		{name: "two writers, the earlier floor's gone: from its floor",
+			w:        mark(10, 60, []string{"3/7", "5/2"}, map[string]int{"3/7": 10, "5/2": 40}),
+			r:        reading{Writers: []string{"5/2"}, Alive: []string{"5/2"}},
+			wantFrom: at(10), wantFloors: map[string]time.Time{"5/2": at(40)}},
+		{name: "both gone: from the smaller floor",
+			w: mark(10, 60, []string{"3/7", "5/2"}, map[string]int{"3/7": 10, "5/2": 40}), r: reading{},
+			wantFrom: at(10), wantFloors: map[string]time.Time{}, wantDone: true},
+		{name: "a floor below final: from final",
+			w: mark(20, 60, []string{"3/7"}, map[string]int{"3/7": 10}), r: reading{},
+			wantFrom: at(20), wantFloors: map[string]time.Time{}, wantDone: true},
+		{name: "in flight but no longer holding its lock: gone (nothing of it can commit), re-scanned",
+			w: mark(10, 60, []string{"3/7"}, map[string]int{"3/7": 30}), r: reading{Alive: []string{"3/7"}},
+			wantFrom: at(30), wantFloors: map[string]time.Time{}},
+		{name: "holding its lock but not in flight in the same read: gone",
+			w: mark(10, 60, []string{"3/7"}, map[string]int{"3/7": 30}), r: reading{Writers: []string{"3/7"}},
+			wantFrom: at(30), wantFloors: map[string]time.Time{"3/7": at(30)}, wantDone: true},
+		{name: "floors unknown (schema 46's first sweep): from final; a waited writer's floor is final",
+			w: mark(10, 60, []string{"3/7"}, nil), r: reading{Writers: []string{"3/7", "8/1"}, Alive: []string{"3/7"}},
+			wantFrom: at(10), wantFloors: map[string]time.Time{"3/7": at(10), "8/1": at(60)}},
+		{name: "the previous release's sweep (its writers not the floors' set): from final",
+			w:        mark(10, 60, []string{"3/7", "6/6"}, map[string]int{"3/7": 30}),
+			r:        reading{Writers: []string{"3/7"}, Alive: []string{"3/7"}},
+			wantFrom: at(10), wantFloors: map[string]time.Time{"3/7": at(10)}},
+		{name: "floors of writers the last sweep did not wait for: from final",
+			w:        mark(10, 60, []string{}, map[string]int{"3/7": 30}),
+			r:        reading{},
+			wantFrom: at(10), wantFloors: map[string]time.Time{}, wantDone: true},
+		{name: "no sweep completed yet: from final, a new writer's floor final",
+			w: watermark{Final: at(10), ProvWait: []string{}, FloorWait: []string{}}, r: reading{Writers: []string{"8/1"}},
+			wantFrom: at(10), wantFloors: map[string]time.Time{"8/1": at(10)}, wantDone: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.r.Limit = at(120)
+			w := startSweep(c.w, at(120), c.r)
+			require.True(t, c.wantFrom.Equal(w.Sweep.AfterDue), "from %s", w.Sweep.AfterDue)
+			require.Equal(t, c.wantDone, w.Sweep.PrevDone, "the last sweep's writers all gone")
+			require.Len(t, w.FloorAt, len(w.FloorWait))
+			got := map[string]time.Time{}
+			for i, v := range w.FloorWait {
+				got[v] = w.FloorAt[i]
+			}
+			require.Equal(t, c.wantFloors, got)
+			require.Equal(t, w.Sweep.Wait, w.FloorWait, "the floors are the sweep's writers'")
+			// Completed, the sweep's writers and floors are the next
+			// sweep's known floors.
+			done := afterPass(w, 0, 10, at(0), 0)
+			require.NotNil(t, floorsKnown(done))
+		})
+	}
 }
 
 // setLazyIntake sets the test schema's lazy-intake horizon (nil: off).
@@ -124,8 +233,17 @@ func lostBelowWatermark(tb testing.TB, db *testenv.DB) int {
 // must complete its sweep and leave no committed reminder below final
 // without its state row.
 func passer(t *testing.T, db *testenv.DB, until time.Time) func() Promotion {
-	st := New(db.Pool)
+	to := passerTo(t, db)
 	return func() Promotion {
+		t.Helper()
+		return to(until)
+	}
+}
+
+// passerTo is passer with until given to each pass.
+func passerTo(t *testing.T, db *testenv.DB) func(until time.Time) Promotion {
+	st := New(db.Pool)
+	return func(until time.Time) Promotion {
 		t.Helper()
 		p, err := st.Promote(context.Background(), until, 3*time.Hour, 100)
 		require.NoError(t, err)
@@ -177,7 +295,9 @@ func TestPromoterRace(t *testing.T) {
 	p = step()
 	require.Zero(t, p.Promoted)
 	require.True(t, p.Final.Equal(f0), "the web transaction is in flight: final stays (%s)", p.Final)
-	require.Equal(t, 1, p.Read, "the web transaction in flight: the range from final scanned again")
+	// (Until schema 46 this sweep re-read the committed one: every sweep
+	// started at final.)
+	require.Zero(t, p.Read, "the web transaction in flight: nothing re-scanned, the sweep starts at the last one's end")
 	lazy, state = lazyAndState(t, web, "late-commit")
 	require.True(t, lazy)
 	require.False(t, state, "not promoted while in flight")
@@ -187,7 +307,7 @@ func TestPromoterRace(t *testing.T) {
 	// promotes the late reminder, and moves final over it.
 	p = step()
 	require.EqualValues(t, 1, p.Promoted, "the late commit promoted")
-	require.Equal(t, 2, p.Read, "its writer gone: the range from final scanned again")
+	require.Equal(t, 2, p.Read, "its writer gone: the range from its floor (final) scanned again")
 	require.True(t, p.Final.Equal(until), "final %s", p.Final)
 	for _, key := range []string{"late-commit", "committed"} {
 		_, state = lazyAndState(t, db.Pool, key)
@@ -284,14 +404,15 @@ func TestPromoteWithLazyIntakeOff(t *testing.T) {
 	require.True(t, state)
 	p, err := New(db.Pool).Promote(ctx, now.Add(time.Hour), time.Hour, 100)
 	require.NoError(t, err)
-	require.Equal(t, Promotion{Final: p.Final, SweepDone: true}, p)
+	require.Equal(t, Promotion{Final: p.Final, SweepDone: true, From: p.From}, p)
 	require.True(t, p.ClaimCutoff(now.Add(72*time.Hour)).Equal(now.Add(72*time.Hour)))
 }
 
 // Two web transactions open: once one commits, the next sweep promotes its
 // reminder though the other is still open, and final stays until that one
-// commits too; every sweep meanwhile scans the range from final again (the
-// cost BenchmarkPromoterUnderLongTransaction measures). After every pass no
+// commits too; a sweep meanwhile re-scans only from the floor of a writer
+// that is gone (until schema 46, the range from final every time: the cost
+// BenchmarkPromoterUnderLongTransaction measures). After every pass no
 // committed reminder lies below final without its state row.
 func TestPromoterUnderTwoWebTransactions(t *testing.T) {
 	t.Parallel()
@@ -323,7 +444,7 @@ func TestPromoterUnderTwoWebTransactions(t *testing.T) {
 	require.True(t, state("web-0"))
 	require.True(t, p.Final.Equal(f0), "the other is in flight: final stays (%s)", p.Final)
 	p = step()
-	require.Equal(t, 1, p.Read, "re-scanned while the other is in flight")
+	require.Zero(t, p.Read, "the other in flight: nothing re-scanned (until schema 46: web-0's again)")
 	require.True(t, p.Final.Equal(f0), "final stays (%s)", p.Final)
 
 	require.NoError(t, webs[1].Commit(ctx))

@@ -746,20 +746,42 @@ SELECT set_config('synchronous_commit', 'off', true) FROM nudge_promoter FOR UPD
 -- after this read writes lazy reminders due only past it), the virtual ids
 -- of the transactions that hold a write lock on reminders now (pg_locks
 -- needs no privilege; virtual ids, so a writer that has no xid yet counts),
--- and whether the writers stored at the last complete sweep's start are all
--- gone. Two-phase transactions hold no virtualxid lock once prepared:
--- Nudge's writers do not use them.
-SELECT p.final_until, p.prov_until, p.sweep_until, p.sweep_wait, p.sweep_prev_done, p.cursor_due, p.cursor_id,
+-- and those of the writers stored at the last complete sweep's start
+-- (prov_wait) that are still in flight (they hold their virtualxid lock).
+-- Both from one read of pg_locks (a CTE, evaluated once), so a writer of
+-- prov_wait is either still waited for or gone in the same read (schema
+-- 46's floors: promote.go's startSweep). Two-phase transactions hold no
+-- virtualxid lock once prepared: Nudge's writers do not use them.
+-- Schema 46's columns are read through the row's jsonb, not by name: on
+-- an install at 43, 46 waits behind the after-rollout step 44 while this
+-- release's dispatcher already runs; there the row has no floors (the
+-- fourth column is false, the two arrays NULL), the pass saves with
+-- PromoterSaveSchema45 and every sweep starts at final, as before.
+WITH locks AS MATERIALIZED (
+    SELECT l.locktype, l.relation, l.database, l.mode, l.granted, l.pid, l.virtualxid, l.virtualtransaction
+      FROM pg_locks l
+     WHERE l.locktype = 'virtualxid'
+        OR (l.locktype = 'relation' AND l.relation = 'reminders'::regclass)
+)
+SELECT p.final_until, p.prov_until, p.prov_wait, to_jsonb(p) ? 'floor_wait',
+       CASE WHEN jsonb_typeof(to_jsonb(p) -> 'floor_wait') = 'array'
+            THEN ARRAY(SELECT e FROM jsonb_array_elements_text(to_jsonb(p) -> 'floor_wait') WITH ORDINALITY AS u (e, o)
+                        ORDER BY o) END,
+       CASE WHEN jsonb_typeof(to_jsonb(p) -> 'floor_at') = 'array'
+            THEN ARRAY(SELECT e::timestamptz FROM jsonb_array_elements_text(to_jsonb(p) -> 'floor_at') WITH ORDINALITY AS u (e, o)
+                        ORDER BY o) END,
+       p.sweep_until, p.sweep_wait, p.sweep_prev_done, p.cursor_due, p.cursor_id,
        statement_timestamp()
        + least(@ahead::interval, coalesce((SELECT l.horizon FROM nudge_lazy_intake l), @ahead::interval)),
        coalesce((SELECT array_agg(DISTINCT w.virtualtransaction)
-                   FROM pg_locks w
-                  WHERE w.locktype = 'relation' AND w.relation = 'reminders'::regclass
+                   FROM locks w
+                  WHERE w.locktype = 'relation'
                     AND w.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
                     AND w.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
                     AND w.granted AND w.pid IS DISTINCT FROM pg_backend_pid()), '{}'),
-       NOT EXISTS (SELECT 1 FROM pg_locks v
-                    WHERE v.locktype = 'virtualxid' AND v.virtualxid = ANY(p.prov_wait))
+       coalesce((SELECT array_agg(DISTINCT v.virtualxid)
+                   FROM locks v
+                  WHERE v.locktype = 'virtualxid' AND v.virtualxid = ANY(p.prov_wait)), '{}')
   FROM nudge_promoter p;
 
 -- name: Promote
@@ -792,9 +814,19 @@ SELECT (SELECT count(*) FROM scan), (SELECT count(*) FROM ins), (SELECT due_at F
        EXISTS (SELECT 1 FROM reminders r WHERE r.lazy AND r.due_at >= @until::timestamptz);
 
 -- name: PromoterSave
--- The watermark after a pass (decided by promote.go's afterPass). A
--- completed sweep's writers become the ones the next sweep waits for
--- (@prov_wait; NULL keeps them).
+-- The watermark after a pass (decided by promote.go's startSweep and
+-- afterPass). A completed sweep's writers become the ones the next sweep
+-- waits for (@prov_wait; NULL keeps them); a sweep started by this pass
+-- stores its writers' floors (@floor_wait, @floor_at; NULL keeps them).
+UPDATE nudge_promoter
+   SET final_until = @final_until, prov_until = @prov_until, prov_wait = coalesce(@prov_wait::text[], prov_wait),
+       floor_wait = coalesce(@floor_wait::text[], floor_wait), floor_at = coalesce(@floor_at::timestamptz[], floor_at),
+       sweep_until = @sweep_until, sweep_wait = @sweep_wait, sweep_prev_done = @sweep_prev_done,
+       cursor_due = @cursor_due, cursor_id = @cursor_id, passed_at = statement_timestamp(), ahead = @ahead::interval;
+
+-- name: PromoterSaveSchema45
+-- PromoterSave on a schema before 46 (no floors: PromoterRead's fourth
+-- column false), during a rollout from a release before 44.
 UPDATE nudge_promoter
    SET final_until = @final_until, prov_until = @prov_until, prov_wait = coalesce(@prov_wait::text[], prov_wait),
        sweep_until = @sweep_until, sweep_wait = @sweep_wait, sweep_prev_done = @sweep_prev_done,

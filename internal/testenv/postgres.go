@@ -146,8 +146,9 @@ func RandomID() string {
 // store), pending with its intent as recorded. It marks them lazy and moves
 // the promoter's final watermark back to the earliest of their due times,
 // so the schema's invariant holds (below final_until every lazy reminder has
-// its state row) and the reads that rely on it see them. It fails the test
-// unless every id had a state row.
+// its state row) and the reads that rely on it see them, and forgets the
+// promoter's floors (schema 46), so its next sweep starts at final and
+// promotes them again. It fails the test unless every id had a state row.
 func (db *DB) Unpromote(tb testing.TB, ids ...int64) {
 	tb.Helper()
 	ctx := context.Background()
@@ -159,7 +160,7 @@ func (db *DB) Unpromote(tb testing.TB, ids ...int64) {
 		tb.Fatalf("deleting the state rows of %v: %d deleted", ids, tag.RowsAffected())
 	}
 	if _, err := db.Pool.Exec(ctx, `WITH lazy AS (UPDATE reminders SET lazy = true WHERE id = ANY($1) RETURNING due_at)
-		UPDATE nudge_promoter SET final_until = least(final_until, (SELECT min(due_at) FROM lazy))`, ids); err != nil {
+		UPDATE nudge_promoter SET final_until = least(final_until, (SELECT min(due_at) FROM lazy)), floor_wait = NULL`, ids); err != nil {
 		tb.Fatalf("marking %v lazy: %v", ids, err)
 	}
 }

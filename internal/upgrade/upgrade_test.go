@@ -598,18 +598,26 @@ func checkTimeline(t *testing.T, out string) {
 	require.Equal(t, r.State, state, "reminder %d: the timeline ends where the row stands\n%s", r.ID, out)
 }
 
-// migrationsSince is the versions of this tree's regular (afterRollout
-// false) or after-rollout migrations past the old fleet's schema version:
-// what the release's migrate, or its after-rollout step, applies, in order.
+// migrationsSince is the versions of this tree's migrations past the old
+// fleet's schema version that its migrate applies (afterRollout false: the
+// regular ones before the first after-rollout one; a regular one after it,
+// such as 46 behind 44, waits with it), or that its after-rollout step then
+// applies (true: the rest), in order, as schema.Plan splits them.
 func migrationsSince(t *testing.T, version int, afterRollout bool) []int {
 	t.Helper()
 	migs, err := schema.Migrations()
 	require.NoError(t, err)
-	var vs []int
+	applied := map[int]bool{}
 	for _, m := range migs {
-		if m.AfterRollout == afterRollout && m.Version > version {
-			vs = append(vs, m.Version)
-		}
+		applied[m.Version] = m.Version <= version
+	}
+	run, waiting := schema.Plan(migs, applied, false)
+	if afterRollout {
+		run = waiting
+	}
+	var vs []int
+	for _, m := range run {
+		vs = append(vs, m.Version)
 	}
 	return vs
 }

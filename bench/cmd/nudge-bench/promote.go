@@ -20,8 +20,10 @@ import (
 // the table's reminders were written would run it on its return
 // (dispatch.Dispatcher.RunOnce's promote): bounded passes of store.Promote
 // up to the database's clock plus H, until its sweep completes, then a
-// second sweep, which scans the same range again (as a dispatcher's next
-// run does) and moves the final watermark over it. So the watermark ends
+// second sweep, which moves the final watermark over it (as a dispatcher's
+// next run does; since schema 46 it re-reads only from the floors of the
+// writers the first one waited for and that are gone: none here, so it
+// reads nothing the first one read). So the watermark ends
 // where a running dispatcher leaves it, and nudge_unpromoted_due (the
 // scrape's read) reads the empty range a caught-up promoter leaves.
 

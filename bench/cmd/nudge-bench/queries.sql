@@ -239,8 +239,9 @@ SELECT count(*), count(*) FILTER (WHERE due_at <= @now), count(*) FILTER (WHERE 
 -- clock, after the due sets' due times, which would leave them below the
 -- final watermark without their state rows: a state no dispatcher leaves.
 UPDATE nudge_promoter
-   SET final_until = @from, prov_until = NULL, prov_wait = '{}', sweep_until = NULL, sweep_wait = NULL,
-       sweep_prev_done = NULL, cursor_due = NULL, cursor_id = NULL, passed_at = NULL, ahead = NULL;
+   SET final_until = @from, prov_until = NULL, prov_wait = '{}', floor_wait = NULL, floor_at = NULL,
+       sweep_until = NULL, sweep_wait = NULL, sweep_prev_done = NULL, cursor_due = NULL, cursor_id = NULL,
+       passed_at = NULL, ahead = NULL;
 
 -- name: DatabaseClock
 SELECT statement_timestamp();

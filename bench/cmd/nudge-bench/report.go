@@ -540,7 +540,7 @@ func reportScale(p func(string, ...any), o options, m machine, r results) {
 				pc, cpc, ratio(pc, cpc))
 		}
 	}
-	p("\nThe promotion of each set (one measurement per table: the passes before the runs), on the table and on its control: the state rows inserted per second of the first sweep's passes, and the backend's CPU per row (`/proc/<pid>/schedstat` of the one connection the passes use); the re-scan is the second sweep's passes over the same reminders (nothing inserted: each a primary-key probe), counted in promote+claim.\n\n")
+	p("\nThe promotion of each set (one measurement per table: the passes before the runs), on the table and on its control: the state rows inserted per second of the first sweep's passes, and the backend's CPU per row (`/proc/<pid>/schedstat` of the one connection the passes use); the re-scan is the second sweep's passes, counted in promote+claim (until schema 46 they re-read the same reminders, each a primary-key probe; since, the second sweep starts where the first ended, as no writer was in flight, and reads nothing).\n\n")
 	p("| size | due rows | state rows inserted | promotion rows/s | control | CPU µs per row | control | re-scan ms | control |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, lay := range []string{"clustered", "spread"} {
 		for _, s := range r.scale {

@@ -86,8 +86,10 @@ SELECT count(*) FILTER (WHERE r.due_at <= $1 AND s.id IS NOT NULL),
 		t.Errorf("final watermark %s, want after the due sets (cutoff %s)", final, tb.now)
 	}
 	p := promos[0]
-	if c, s := p.share(perSet, 0), p.share(perSet, 1); c.Rows != perSet || s.Rows != perSet || c.RescanRead != perSet || s.RescanRead != perSet {
-		t.Errorf("shares: clustered %+v, spread %+v; want %d rows and %d re-read each", c, s, perSet, perSet)
+	// The second sweep re-reads nothing: no writer was in flight at the
+	// first one's read (schema 46; until then it re-read both sets).
+	if c, s := p.share(perSet, 0), p.share(perSet, 1); c.Rows != perSet || s.Rows != perSet || c.RescanRead != 0 || s.RescanRead != 0 {
+		t.Errorf("shares: clustered %+v, spread %+v; want %d rows and none re-read each", c, s, perSet)
 	}
 }
 

@@ -43,7 +43,12 @@ UPDATE nudge_promoter
 -- A long transaction's age, emulated: the final watermark moved back by
 -- @age from @final, where it stood when the transaction began, as @age of
 -- passes with it open would have left it (final stays at the end of the
--- last sweep whose writers were gone). It costs re-scans only (as schema
--- 44's step).
-UPDATE nudge_promoter SET final_until = @final::timestamptz - @age::interval
+-- last sweep whose writers were gone), and so are the floors of the
+-- writers waited for (schema 46: a writer's floor is the provisional end
+-- read before it was first seen, about where final stood when it began).
+-- It costs re-scans only (as schema 44's step).
+UPDATE nudge_promoter
+   SET final_until = @final::timestamptz - @age::interval,
+       floor_at = coalesce((SELECT array_agg(least(f, @final::timestamptz - @age::interval) ORDER BY o)
+                              FROM unnest(floor_at) WITH ORDINALITY AS u (f, o)), '{}')
 RETURNING final_until;
