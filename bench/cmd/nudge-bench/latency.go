@@ -32,8 +32,8 @@ var latencyHops = []string{
 
 // hopLatency is one hop over one run, from the event trail (ms).
 type hopLatency struct {
-	Count, Negative int
-	P50, P99, Max   float64
+	Count, Negative    int
+	P50, P90, P99, Max float64
 }
 
 // hopHistogram is one hop over one run, from the histogram the processes
@@ -253,12 +253,12 @@ func readHops(ctx context.Context, s *nudgeSetup) (hops map[string]hopLatency, o
 	for rows.Next() {
 		var hop string
 		var h hopLatency
-		var p50, p99, mx *float64 // NULL when a hop has no complete pair
-		if err := rows.Scan(&hop, &h.Count, &h.Negative, &p50, &p99, &mx, &overtaken, &noEnqueue); err != nil {
+		var p50, p90, p99, mx *float64 // NULL when a hop has no complete pair
+		if err := rows.Scan(&hop, &h.Count, &h.Negative, &p50, &p90, &p99, &mx, &overtaken, &noEnqueue); err != nil {
 			return nil, 0, 0, fmt.Errorf("reading hop latencies: %w", err)
 		}
 		if p50 != nil {
-			h.P50, h.P99, h.Max = *p50, *p99, *mx
+			h.P50, h.P90, h.P99, h.Max = *p50, *p90, *p99, *mx
 		}
 		hops[hop] = h
 	}

@@ -381,7 +381,7 @@ func run(ctx context.Context, o options) error {
 				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max, 100*lr.Machine.Pressure, lr.Machine.RunDelay.Round(time.Millisecond), lr.Machine.Load)
 			for _, h := range latencyHops {
 				x := lr.Hops[h]
-				fmt.Printf("    %-20s p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms\n", h, x.P50, x.P99, x.Max)
+				fmt.Printf("    %-20s p50 %7.1f ms  p90 %7.1f ms  p99 %7.1f ms  max %7.1f ms\n", h, x.P50, x.P90, x.P99, x.Max)
 			}
 			r.latency = append(r.latency, lr)
 			lap("latency")

@@ -120,7 +120,7 @@ VACUUM ANALYZE reminders, reminder_state;
 -- recording the outcome). A worker may claim a message before its batch's
 -- confirmation is recorded (the design allows it: the message proves the
 -- publish), so enqueue→start can be below zero. Each hop's count, how many
--- were below zero, p50, p99 and max in ms; then, on every row, how many
+-- were below zero, p50, p90, p99 and max in ms; then, on every row, how many
 -- reminders a worker started before their batch's confirmation, and how
 -- many have no confirmation recorded (their dispatcher pass failed).
 WITH ev AS (
@@ -142,6 +142,7 @@ WITH ev AS (
 )
 SELECT hop, count(d), count(*) FILTER (WHERE d < interval '0'),
        extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY d)) * 1000,
+       extract(epoch FROM percentile_cont(0.9) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d)) * 1000,
        extract(epoch FROM max(d)) * 1000,
        (SELECT count(*) FILTER (WHERE started < enqueued) FROM ev),

@@ -449,7 +449,7 @@ func reportLatency(p func(string, ...any), o options, r results) {
 	}
 	p(") for %s (%.0f reminders a run), delivered by %d in-process workers (default configuration) and an in-process dispatcher in its loop (`Dispatcher.Loop`, a pass every %s, batch 500), to the instant fake SMS provider. Delivered rate, first due → last terminal: %s reminders/s. Every reminder delivered in every run: %s.\n\n",
 		o.latencyFor, n.Median, o.headline, o.latencyEvery, fmtR(achieved, 0), yes(allStreamDelivered(r)))
-	p("From the event trail (`reminder_timeline`: the events stored in `reminder_events` and those folded into the reminder row), per reminder: **due→claim** = the claim event (`pending → enqueued`) − `due_at` (mostly the dispatcher's interval: a row waits for the next pass); **claim→enqueue** = the batch's publish confirmation (`publish_confirms.confirmed_at`: the dispatcher's clock once the broker confirmed the whole batch, before it records it) − the claim (sign, publish with confirms, the batch's confirms); **enqueue→start** = `sending` − the confirmation (broker delivery, the worker's batch wait of 10 ms, reading the row, claiming the attempt); **start→terminal** = terminal event − `sending` (render, the HTTP send, until the outcome is about to be written: the worker's clock before its write commits). **Enqueue→terminal** (the target) and **end to end** (terminal − `due_at`) span several hops. Each cell is the median over runs of that run's percentile, with the range over runs.\n\n")
+	p("From the event trail (`reminder_timeline`: the events stored in `reminder_events` and those folded into the reminder row), per reminder: **due→claim** = the claim event (`pending → enqueued`) − `due_at` (mostly the dispatcher's interval: a row waits for the next pass); **claim→enqueue** = the batch's publish confirmation (`publish_confirms.confirmed_at`: the dispatcher's clock once the broker confirmed the whole batch, before it records it) − the claim (sign, publish with confirms, the batch's confirms); **enqueue→start** = `sending` − the confirmation (broker delivery, the worker's batch wait of 10 ms, reading the row, claiming the attempt); **start→terminal** = terminal event − `sending` (render, the HTTP send, until the outcome is about to be written: the worker's clock before its write commits). **Enqueue→terminal** (the target) and **end to end** (terminal − `due_at`) span several hops. A change to how a pass claims and publishes moves the claim and confirmation times themselves (a pass claiming in several statements claims and confirms its later rows later, so their enqueue→terminal shrinks whether or not they end sooner): judge such a change on end to end, whose start, the due time, it cannot move. Each cell is the median over runs of that run's percentile, with the range over runs.\n\n")
 	overtaken := pick(r.latency, func(x latencyResult) float64 { return 100 * ratio(float64(x.Overtaken), float64(x.N)) })
 	noEnq := pick(r.latency, func(x latencyResult) float64 { return 100 * ratio(float64(x.NoEnqueue), float64(x.N)) })
 	p("**%.1f%% of the reminders were started by their worker before their batch's confirmation was recorded** (median over runs; %.1f–%.1f%%): the confirmation time is the moment the broker had confirmed the *whole* batch, and a worker may claim a message it already holds (the message proves the publish), so their enqueue→start is below zero (\"below zero\" column) and their enqueue→terminal counts from the batch's confirmation rather than from the moment their own message reached the queue, which was earlier. %.1f%% (%.1f–%.1f%%) have no confirmation recorded (their dispatcher pass failed): no enqueue time, left out of the hops that start or end there.\n\n",
@@ -468,9 +468,10 @@ func reportLatency(p func(string, ...any), o options, r results) {
 			}
 		}
 	}, "latency"))
-	p("| hop | p50 ms | p99 ms | max ms | below zero |\n|---|---|---|---|---|\n")
+	p("| hop | p50 ms | p90 ms | p99 ms | max ms | below zero |\n|---|---|---|---|---|---|\n")
 	for _, hop := range latencyHops {
 		p50 := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hop].P50 })
+		p90 := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hop].P90 })
 		p99 := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hop].P99 })
 		mx := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hop].Max })
 		neg := pick(r.latency, func(x latencyResult) float64 {
@@ -481,7 +482,7 @@ func reportLatency(p func(string, ...any), o options, r results) {
 		if hop == hopEnqueueToTerminal {
 			name = "**" + name + "** (target)"
 		}
-		p("| %s | %s | %s | %s | %.1f%% |\n", name, fmtR(p50, 1), fmtR(p99, 1), fmtR(mx, 1), neg.Median)
+		p("| %s | %s | %s | %s | %s | %.1f%% |\n", name, fmtR(p50, 1), fmtR(p90, 1), fmtR(p99, 1), fmtR(mx, 1), neg.Median)
 	}
 	p("\n")
 	p("The same hops from the histograms the dispatcher and the workers recorded (`nudge_hop_latency_seconds`): the processes' own view, the one Prometheus alerts on. Its buckets (10 ms, 50 ms, 100 ms, 250 ms, …) only say which bucket a quantile falls in (median over runs); the share at or under 50 ms is exact, 50 ms being a bound. The worker's enqueue→start starts at the envelope's `FirstSeen` (when the dispatcher sealed the message, before publishing), not at the confirm, so it includes the publish and is never negative; the dispatcher observes claim→enqueue for every message the broker confirmed, at the moment it records the batch's confirmation.\n\n")
