@@ -54,8 +54,8 @@ func TestEnvelopeSize(t *testing.T) {
 		more bool
 		want int
 	}{
-		{"defaults, a claim that was not full", Config{}, false, 50},
-		{"defaults, a full claim: a burst", Config{}, true, 100},
+		{"defaults, nothing due left after the claim", Config{}, false, 50},
+		{"defaults, due rows left: a burst", Config{}, true, 100},
 		{"steady size set, burst by default", Config{EnvelopeSize: 20}, true, 100},
 		{"single messages: no envelopes in a burst either", Config{EnvelopeSize: 1}, true, 1},
 		{"single messages with a burst size set", Config{EnvelopeSize: 1, BurstEnvelopeSize: 100}, true, 100},

@@ -289,12 +289,13 @@ type Config struct {
 	// Zero value: 50, the workers' default batch.
 	EnvelopeSize int
 	// BurstEnvelopeSize is the envelope size while a run works off a burst:
-	// a claim that came back full (more rows are due, the 09:00 case). There
+	// a claim that leaves due rows behind (ClaimDueBatch's more: a full
+	// claim, or one tenant's share short of it; the 09:00 case). There
 	// per-execution cost dominates: each envelope is one claim and one record
 	// statement on the worker (~0.4–0.5 ms of PostgreSQL CPU apiece whatever
-	// its rows), and waiting reminders wait anyway. A claim that was not full
-	// (a steady trickle) uses EnvelopeSize, where a smaller envelope is
-	// done sooner. Workers of the releases since 2026-12-01 accept envelopes
+	// its rows), and waiting reminders wait anyway. A claim that takes
+	// everything due (a steady trickle) uses EnvelopeSize, where a smaller
+	// envelope is done sooner. Workers of the releases since 2026-12-01 accept envelopes
 	// of up to message.MaxBatchEntries. Zero value: 100
 	// (message.MaxBatchEntries), or 1 when EnvelopeSize is 1 (no envelopes
 	// at all: the way back to workers older than them, docs/deploy.md);
@@ -526,7 +527,7 @@ func (d *Dispatcher) expireOnly(ctx context.Context, cfg Config, sum *Summary) e
 }
 
 // envelopeSize is the envelope size for a claimed batch (cfg with its
-// defaults): the burst size when the claim came back full (more is due),
+// defaults): the burst size when the claim left due rows behind (more),
 // else the steady one.
 func envelopeSize(cfg Config, more bool) int {
 	if more {
