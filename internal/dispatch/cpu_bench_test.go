@@ -52,7 +52,9 @@ func selfCPU() time.Duration {
 // PostgreSQL backends of its pool (from /proc/PID/schedstat), which, unlike
 // its wall-clock rate, hardly move with the machine's other load, and the
 // messages it left in the queue. NUDGE_BENCH_ENVELOPE sets
-// Config.EnvelopeSize (default 1); the RabbitMQ node's CPU is reported when
+// Config.EnvelopeSize (default 1), NUDGE_BENCH_BURST Config.BurstEnvelopeSize
+// (default: the product's, 100, or 1 at envelope 1; every full claim is a
+// burst); the RabbitMQ node's CPU is reported when
 // its beam.smp runs on this host (shared with whatever else uses it).
 // NUDGE_BENCH_CPUPROFILE=FILE writes a CPU profile of the pass alone.
 //
@@ -110,7 +112,8 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
 		Store: store.New(pool), Publisher: pub, Keys: bu.keys, Topology: bu.mq.Topology, Clock: clock.Real{},
 		Actor: "bench-dispatcher",
-	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1), Batch: envInt("NUDGE_BENCH_BATCH", 500)}}
+	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1),
+		BurstEnvelopeSize: envInt("NUDGE_BENCH_BURST", 0), Batch: envInt("NUDGE_BENCH_BATCH", 500)}}
 	beam := testenv.BrokerPID()
 
 	pg := func() (sum int64) {
@@ -135,8 +138,8 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 		b.Fatalf("enqueued %d of %d: %+v", sum.Enqueued, n, sum)
 	}
 	k := float64(n) / 1000
-	b.Logf("%d reminders in %d batches, %d messages (envelope size %d), %s: CPU-ms per 1,000: dispatcher process %.1f, its PostgreSQL backends %.1f (%d), RabbitMQ node %.1f; %.0f reminders/s",
-		n, sum.Batches, msgs, d.Config.EnvelopeSize, wall.Round(time.Millisecond), float64(self1-self0)/1e6/k, float64(pg1-pg0)/1e6/k, len(pids),
+	b.Logf("%d reminders in %d batches, %d messages (envelope size %d, in a burst %d), %s: CPU-ms per 1,000: dispatcher process %.1f, its PostgreSQL backends %.1f (%d), RabbitMQ node %.1f; %.0f reminders/s",
+		n, sum.Batches, msgs, d.Config.WithDefaults().EnvelopeSize, d.Config.WithDefaults().BurstEnvelopeSize, wall.Round(time.Millisecond), float64(self1-self0)/1e6/k, float64(pg1-pg0)/1e6/k, len(pids),
 		float64(mq1-mq0)/float64(time.Millisecond)/k, float64(n)/wall.Seconds())
 }
 

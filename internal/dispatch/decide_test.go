@@ -45,3 +45,26 @@ func TestWorthRecording(t *testing.T) {
 		}
 	}
 }
+
+func TestEnvelopeSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		more bool
+		want int
+	}{
+		{"defaults, nothing due left after the claim", Config{}, false, 50},
+		{"defaults, due rows left: a burst", Config{}, true, 100},
+		{"steady size set, burst by default", Config{EnvelopeSize: 20}, true, 100},
+		{"single messages: no envelopes in a burst either", Config{EnvelopeSize: 1}, true, 1},
+		{"single messages with a burst size set", Config{EnvelopeSize: 1, BurstEnvelopeSize: 100}, true, 100},
+		{"burst size below the steady one", Config{EnvelopeSize: 80, BurstEnvelopeSize: 60}, true, 80},
+		{"burst size above the envelope's bound", Config{BurstEnvelopeSize: 500}, true, 100},
+		{"burst size set, not a burst", Config{BurstEnvelopeSize: 70}, false, 50},
+	} {
+		if got := envelopeSize(tc.cfg.WithDefaults(), tc.more); got != tc.want {
+			t.Errorf("%s: envelopeSize(%+v, more %v) = %d, want %d", tc.name, tc.cfg, tc.more, got, tc.want)
+		}
+	}
+}

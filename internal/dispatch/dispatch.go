@@ -288,6 +288,19 @@ type Config struct {
 	// worker of the releases since 2026-12-01 reads them (docs/deploy.md).
 	// Zero value: 50, the workers' default batch.
 	EnvelopeSize int
+	// BurstEnvelopeSize is the envelope size while a run works off a burst:
+	// a claim that leaves due rows behind (ClaimDueBatch's more: a full
+	// claim, or one tenant's share short of it; the 09:00 case). There
+	// per-execution cost dominates: each envelope is one claim and one record
+	// statement on the worker (~0.4–0.5 ms of PostgreSQL CPU apiece whatever
+	// its rows), and waiting reminders wait anyway. A claim that takes
+	// everything due (a steady trickle) uses EnvelopeSize, where a smaller
+	// envelope is done sooner. Workers of the releases since 2026-12-01 accept envelopes
+	// of up to message.MaxBatchEntries. Zero value: 100
+	// (message.MaxBatchEntries), or 1 when EnvelopeSize is 1 (no envelopes
+	// at all: the way back to workers older than them, docs/deploy.md);
+	// at most 100, never below EnvelopeSize.
+	BurstEnvelopeSize int
 	// PromoteAhead is H of the due-ordered store (schema 38): a run's
 	// promoter passes insert the state rows of lazy reminders due up to H
 	// ahead of its clock (never beyond the database's clock plus H, nor
@@ -316,6 +329,13 @@ func (c Config) WithDefaults() Config {
 		c.EnvelopeSize = 50
 	}
 	c.EnvelopeSize = min(c.EnvelopeSize, message.MaxBatchEntries)
+	if c.BurstEnvelopeSize <= 0 {
+		c.BurstEnvelopeSize = message.MaxBatchEntries
+		if c.EnvelopeSize == 1 {
+			c.BurstEnvelopeSize = 1
+		}
+	}
+	c.BurstEnvelopeSize = min(max(c.BurstEnvelopeSize, c.EnvelopeSize), message.MaxBatchEntries)
 	if c.PromoteAhead <= 0 {
 		c.PromoteAhead = time.Hour
 	}
@@ -454,7 +474,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			// or database down). This one is claimed: hand it to Enqueue
 			// too, so that what cannot be published goes back to pending now
 			// rather than when its lease expires, and end the pass.
-			res, err2 := d.enqueue(ctx, claimed, cfg.EnvelopeSize)
+			res, err2 := d.enqueue(ctx, claimed, envelopeSize(cfg, more))
 			sum.Enqueued += res.Enqueued
 			sum.Released += res.Released
 			sum.Elapsed = d.Clock.Now().Sub(start)
@@ -462,7 +482,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		}
 		running = make(chan enqueued, 1)
 		go func(claimed []store.Claimed, done chan<- enqueued) {
-			res, err := d.enqueue(ctx, claimed, cfg.EnvelopeSize)
+			res, err := d.enqueue(ctx, claimed, envelopeSize(cfg, more))
 			done <- enqueued{res: res, err: err}
 		}(claimed, running)
 		slowest = max(slowest, d.Clock.Now().Sub(batchStart))
@@ -504,6 +524,16 @@ func (d *Dispatcher) expireOnly(ctx context.Context, cfg Config, sum *Summary) e
 		}
 	}
 	return nil
+}
+
+// envelopeSize is the envelope size for a claimed batch (cfg with its
+// defaults): the burst size when the claim left due rows behind (more),
+// else the steady one.
+func envelopeSize(cfg Config, more bool) int {
+	if more {
+		return cfg.BurstEnvelopeSize
+	}
+	return cfg.EnvelopeSize
 }
 
 // budgetAllows reports whether a run that has spent spent may start another

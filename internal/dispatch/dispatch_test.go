@@ -329,23 +329,10 @@ func TestEnvelopesCarryTheClaimBatchPerChannel(t *testing.T) {
 	batches, messages := b.confirmed(t)
 	require.Equal(t, [2]int{1, 10}, [2]int{batches, messages}, "one confirmation for the claim batch, counting reminders")
 
-	conn, err := broker.Dial(b.mq.URL, "reader")
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
 	seen := map[int64]int{}
 	sizes := map[string][]int{}
 	for _, queue := range []string{"sms", "email"} {
-		for {
-			d, ok, err := ch.Get(b.mq.Topology.Queue(queue), true)
-			require.NoError(t, err)
-			if !ok {
-				break
-			}
-			envs, batch, err := b.keys.OpenAll(d.Body, d.Headers, nil)
-			require.NoError(t, err)
-			require.Equal(t, len(envs) > 1, batch, "a lone reminder goes in a single message")
+		for _, envs := range b.drain(t, queue) {
 			sizes[queue] = append(sizes[queue], len(envs))
 			for _, env := range envs {
 				require.Equal(t, queue, env.Channel)
@@ -363,4 +350,44 @@ func TestEnvelopesCarryTheClaimBatchPerChannel(t *testing.T) {
 	for id, n := range seen {
 		require.Equal(t, 1, n, "reminder %d", id)
 	}
+}
+
+// drain takes every message of the channel's work queue and opens it: the
+// reminders of each message, in queue order.
+func (b bundle) drain(t *testing.T, queue string) (msgs [][]message.Envelope) {
+	t.Helper()
+	conn, err := broker.Dial(b.mq.URL, "reader")
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	for {
+		d, ok, err := ch.Get(b.mq.Topology.Queue(queue), true)
+		require.NoError(t, err)
+		if !ok {
+			return msgs
+		}
+		envs, batch, err := b.keys.OpenAll(d.Body, d.Headers, nil)
+		require.NoError(t, err)
+		require.Equal(t, len(envs) > 1, batch, "a lone reminder goes in a single message")
+		msgs = append(msgs, envs)
+	}
+}
+
+// Issue 18: a claim that leaves due rows behind (a burst) goes out in
+// envelopes of BurstEnvelopeSize; the claim that takes the rest, in
+// envelopes of EnvelopeSize.
+func TestBurstClaimsGoOutInBurstEnvelopes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.schedule(t, 11, reminder.SMS)
+	sum, err := b.dispatcher(b.mq.URL, b.mq.Topology, clock.Real{},
+		dispatch.Config{Batch: 4, EnvelopeSize: 2, BurstEnvelopeSize: 4}).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 11, sum.Enqueued)
+	var sizes []int
+	for _, envs := range b.drain(t, "sms") {
+		sizes = append(sizes, len(envs))
+	}
+	require.Equal(t, []int{4, 4, 2, 1}, sizes, "claims of 4, 4 (due rows left: a burst) and 3 (the rest)")
 }

@@ -42,7 +42,12 @@ func TestFlagDefaultsAreTheLibraryDefaults(t *testing.T) {
 	t.Run("dispatcher", func(t *testing.T) {
 		var o fleet.Dispatcher
 		parse(t, o.RegisterFlags)
-		require.Equal(t, dispatch.Config{}.WithDefaults(), o.Config)
+		def := dispatch.Config{}.WithDefaults()
+		require.Equal(t, def, o.Config.WithDefaults())
+		require.Zero(t, o.Config.BurstEnvelopeSize, "derived from --envelope-size: 0 (derive)")
+		derived := o.Config
+		derived.BurstEnvelopeSize = def.BurstEnvelopeSize
+		require.Equal(t, def, derived)
 	})
 	t.Run("reconciler", func(t *testing.T) {
 		var o fleet.Reconciler

@@ -475,9 +475,9 @@ SELECT s.id, s.tenant, s.channel, r.recipient, r.template, r.data, s.due_at, s.d
 -- (the message in hand proves the publish; the fence proves it is the
 -- current one), and so is leased (rows of an earlier version's dispatcher).
 -- It also returns every named row as the statement's snapshot saw it (before
--- the claim), with the new fence, attempt number and attempt id of those it
--- claimed (NULL for the others), so a worker with nothing to decide between
--- reading and claiming (no rate limit) needs one round trip, and can tell why
+-- the claim), and the new fence, attempt number and attempt id of those it
+-- claimed (in one more row, of arrays: see the answer below), so a worker
+-- with nothing to decide between reading and claiming (no rate limit) needs one round trip, and can tell why
 -- a row was not claimed: unknown, terminal, superseded, past its deadline,
 -- not yet due, retrying before its next attempt time, or moved on by a
 -- concurrent writer. A row whose send window (in its zone) is closed at @now
@@ -559,13 +559,23 @@ WITH m AS (
     SELECT id, attempts, fence, @actor, @now, nullif(@provider::text, '') FROM upd
  RETURNING id, reminder_id
 )
+-- The answer: every named row as the snapshot saw it (its last five columns
+-- NULL), then one row whose id is NULL carrying the claims as arrays, each
+-- built once: upd's ids, new fences and attempt numbers, att's reminder ids
+-- and attempt ids (NULL when nothing was claimed). The caller joins them by
+-- id. Joined here (windowed LEFT JOIN upd LEFT JOIN att), the generic plan
+-- took one row on each side and rescanned upd and att for every named row:
+-- a cost in the square of the batch, dearer per row at 100 than at 50.
 SELECT w.id, w.tenant, w.channel, w.recipient, w.template, w.data, w.due_at, w.deadline, w.idempotency_key,
        w.state, w.fence, w.attempts, w.next_attempt_at, w.tz,
        (extract(epoch FROM w.window_open) / 60)::int, (extract(epoch FROM w.window_close) / 60)::int, w.window_days,
-       upd.fence, upd.attempts, att.id
+       NULL::bigint[], NULL::bigint[], NULL::int[], NULL::bigint[], NULL::bigint[]
   FROM windowed w
-  LEFT JOIN upd ON upd.id = w.id
-  LEFT JOIN att ON att.reminder_id = w.id;
+ UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       u.ids, u.fences, u.attempts, a.reminder_ids, a.ids
+  FROM (SELECT array_agg(id), array_agg(fence), array_agg(attempts) FROM upd) u(ids, fences, attempts)
+ CROSS JOIN (SELECT array_agg(reminder_id), array_agg(id) FROM att) a(reminder_ids, ids);
 
 -- name: RecordOutcomes
 -- After the provider answered: each attempt row gets its outcome (@results,

@@ -502,24 +502,56 @@ func (s *Store) ClaimForDelivery(ctx context.Context, now time.Time, channel rem
 	}
 	defer rows.Close()
 	out := make(map[int64]Delivery, len(fs))
-	claimed := make(map[int64]Attempt, len(fs))
-	var fence, number, attemptID *int64
-	sc := newDeliveryScan(&fence, &number, &attemptID)
+	// The row of arrays (id NULL) carries the claims; the named rows leave
+	// those five columns NULL (nil destinations: skipped).
+	var claimedIDs, newFences, attReminders, attIDs []int64
+	var numbers []int32
+	sc := newDeliveryScan(nil, nil, nil, nil, nil)
+	claims := append(make([]any, len(sc.dest)-5, len(sc.dest)), &claimedIDs, &newFences, &numbers, &attReminders, &attIDs)
 	for rows.Next() {
-		fence, number, attemptID = nil, nil, nil
+		if rows.RawValues()[0] == nil {
+			if err := rows.Scan(claims...); err != nil {
+				return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
+			}
+			continue
+		}
 		d, err := sc.scan(rows)
 		if err != nil {
 			return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
 		}
 		out[d.ID] = d
-		if attemptID != nil {
-			claimed[d.ID] = Attempt{ReminderID: d.ID, Fence: *fence, Number: int(*number), AttemptID: *attemptID}
-		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
 	}
+	claimed, err := joinClaims(claimedIDs, newFences, numbers, attReminders, attIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claiming reminders for delivery: %w", err)
+	}
 	return out, claimed, nil
+}
+
+// joinClaims joins ClaimForDelivery's claims (the reminders it moved, with
+// their new fences and attempt numbers) to the attempts it inserted (by
+// reminder id): a claimed reminder has exactly one.
+func joinClaims(ids, fences []int64, numbers []int32, attReminders, attIDs []int64) (map[int64]Attempt, error) {
+	if len(fences) != len(ids) || len(numbers) != len(ids) || len(attReminders) != len(ids) || len(attIDs) != len(ids) {
+		return nil, fmt.Errorf("%d claims with %d fences, %d numbers, %d attempts of %d reminders",
+			len(ids), len(fences), len(numbers), len(attIDs), len(attReminders))
+	}
+	claimed := make(map[int64]Attempt, len(ids))
+	for i, id := range ids {
+		claimed[id] = Attempt{ReminderID: id, Fence: fences[i], Number: int(numbers[i])}
+	}
+	for i, id := range attReminders {
+		a, ok := claimed[id]
+		if !ok || a.AttemptID != 0 {
+			return nil, fmt.Errorf("attempt %d of reminder %d: not one attempt per claimed reminder", attIDs[i], id)
+		}
+		a.AttemptID = attIDs[i]
+		claimed[id] = a
+	}
+	return claimed, nil
 }
 
 // ExpireNoWindow expires leased, enqueued or retrying reminders at the

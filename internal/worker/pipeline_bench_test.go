@@ -44,7 +44,9 @@ import (
 //	go test ./internal/worker -run '^$' -bench Pipeline -benchtime 1x -v
 //
 // NUDGE_BENCH_ENVELOPE sets the dispatcher's EnvelopeSize (default 1:
-// a message per reminder); the broker messages the dispatcher published per
+// a message per reminder), NUDGE_BENCH_BURST its BurstEnvelopeSize (default:
+// the product's, 100, or 1 at envelope 1; the pass claims full batches, so
+// all but its last claim are a burst); the broker messages the dispatcher published per
 // reminder and the RabbitMQ node's CPU (its beam.smp on this host, shared
 // with whatever else uses the node) are reported beside the rest.
 // NUDGE_BENCH_SENDER=nop replaces the HTTP hop to the fake provider with an
@@ -288,7 +290,8 @@ func runPipeline(b *testing.B, n, k int) {
 	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
 		Store: store.New(newPool()), Publisher: counted, Keys: keys, Topology: topo, Clock: clock.Real{},
 		Actor: "bench-dispatcher",
-	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1)}}
+	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1),
+		BurstEnvelopeSize: envInt("NUDGE_BENCH_BURST", 0)}}
 	beam := testenv.BrokerPID()
 	terminal := func() (done int64) {
 		for _, w := range workers {
@@ -426,8 +429,8 @@ func runPipeline(b *testing.B, n, k int) {
 	for _, w := range workers {
 		frames += w.Counts().AckFrames
 	}
-	fmt.Fprintf(&sb, "envelope size %d: %d messages published by the dispatcher, %.3f per reminder; %.3f ack frames per reminder\n",
-		d.Config.EnvelopeSize, counted.n.Load(), float64(counted.n.Load())/float64(n), float64(frames)/float64(n))
+	fmt.Fprintf(&sb, "envelope size %d, in a burst %d: %d messages published by the dispatcher, %.3f per reminder; %.3f ack frames per reminder\n",
+		d.Config.WithDefaults().EnvelopeSize, d.Config.WithDefaults().BurstEnvelopeSize, counted.n.Load(), float64(counted.n.Load())/float64(n), float64(frames)/float64(n))
 	fmt.Fprintf(&sb, "round trips per reminder %.3f, write syscalls per reminder (this process: dispatcher, workers, fake provider) %.2f\n",
 		float64(calls)/float64(n), float64(writes)/float64(n))
 	fmt.Fprintf(&sb, "%-18s %8s %8s %10s %10s %10s\n", "statement", "calls", "prep", "ms total", "ms/call", "calls/rem")

@@ -215,7 +215,8 @@ func procRun(ctx context.Context, e *env, bins *binaries, n, prefetch, batch int
 	}
 
 	d, err := startChild("dispatcher", bins.dispatcher, filepath.Join(bins.dir, "dispatcher.log"),
-		append(common, "--batch", strconv.Itoa(batch), "--every", "1s", "--envelope-size", strconv.Itoa(envelopeSize)), keys)
+		append(common, "--batch", strconv.Itoa(batch), "--every", "1s", "--envelope-size", strconv.Itoa(envelopeSize),
+			"--burst-envelope-size", strconv.Itoa(dispatchConfig(envelopeSize).BurstEnvelopeSize)), keys)
 	if err != nil {
 		return res, err
 	}

@@ -172,7 +172,7 @@ func report(o options, m machine, r results) error {
 	}
 	dr := ratio(disp.Median, rawPub.Median)
 	if o.sections["raw"] && o.sections["dispatcher"] {
-		p("| dispatcher claim-publish-record (envelopes of %d) / raw publish ≥ 0.80 | %.2f (%.0f / %.0f) | %s |\n", envelopeSize, dr, disp.Median, rawPub.Median, yes(dr >= 0.8))
+		p("| dispatcher claim-publish-record (envelopes of %s) / raw publish ≥ 0.80 | %.2f (%.0f / %.0f) | %s |\n", envelopes(envelopeSize), dr, disp.Median, rawPub.Median, yes(dr >= 0.8))
 		if len(r.disp1) > 0 {
 			d1 := ratio(disp1.Median, rawPub.Median)
 			p("| same, a message per reminder / raw publish ≥ 0.80 | %.2f (%.0f / %.0f) | %s |\n", d1, disp1.Median, rawPub.Median, yes(d1 >= 0.8))
@@ -240,7 +240,7 @@ func report(o options, m machine, r results) error {
 		p("%s.\n\n", notRun)
 	} else {
 		p("![Throughput vs worker count, Nudge vs River](benchmarks-throughput.png)\n\n")
-		p("Nudge: N SMS reminders already due, one dispatcher pass (`Dispatcher.RunOnce`, batch 500, %d reminders per broker message (`--envelope-size`); run again if it fails, as its loop would) and k **in-process** `worker.Worker` instances (default config: concurrency 4, batch 50, prefetch 400), each with its own PostgreSQL pool and AMQP connections, sending to the fake SMS provider (`fakesms.New()` in a process of its own, this binary run with `-serve-fake-provider`, answering at once, over loopback HTTP with a pooled transport). The harness process runs with GOGC=%s, as a deployed worker collects (the River clients below share the process and the setting). Rate = N / (first claim event → last terminal event), both from the event trail (`reminder_timeline`: stored and folded events). Every reminder delivered in every run: %s.\n\n", envelopeSize, harnessGC, yes(allDelivered(o, r)))
+		p("Nudge: N SMS reminders already due, one dispatcher pass (`Dispatcher.RunOnce`, batch 500, envelopes of %s (`--envelope-size`, `--burst-envelope-size` while a claim leaves due rows behind); run again if it fails, as its loop would) and k **in-process** `worker.Worker` instances (default config: concurrency 4, batch 50, prefetch 400), each with its own PostgreSQL pool and AMQP connections, sending to the fake SMS provider (`fakesms.New()` in a process of its own, this binary run with `-serve-fake-provider`, answering at once, over loopback HTTP with a pooled transport). The harness process runs with GOGC=%s, as a deployed worker collects (the River clients below share the process and the setting). Rate = N / (first claim event → last terminal event), both from the event trail (`reminder_timeline`: stored and folded events). Every reminder delivered in every run: %s.\n\n", envelopes(envelopeSize), harnessGC, yes(allDelivered(o, r)))
 		p("River %s: the same N no-op jobs inserted with `InsertMany` (before the clock starts: once per run of this command into a template schema, then copied into each run's schema as `InsertMany` stores them, created at the copy; `RiverSeedCopy`) and worked by k `river.Client`s, each with its own pool, in two configurations run one after the other for every worker count and run:\n\n", riverVersion)
 		p("- **River, default fetch settings**: `MaxWorkers` %d per client (the in-flight capacity of one Nudge worker: 4 × 50), `FetchCooldown` and `FetchPollInterval` left at River's defaults (%s and %s). The configuration earlier reports measured.\n", riverPerWorker, river.FetchCooldownDefault, river.FetchPollIntervalDefault)
 		p("- **River tuned as `river bench`**: every client configured as River's own benchmark command (`river bench`, `cmd/river/riverbench/river_bench.go` in riverqueue/river) configures its one client, which its comments say performs much better than the client's defaults: `FetchCooldown: %s`, `FetchPollInterval: %s`, `Queues: {river.QueueDefault: {MaxWorkers: %s}}` (per client, so k × %s in all).\n\n",
@@ -313,7 +313,7 @@ func report(o options, m machine, r results) error {
 
 	// ------------------------------------------------------------ dispatcher vs raw
 	p("## 2. Dispatcher alone vs raw broker\n\n")
-	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch: rows to `enqueued` under a dispatch lease) + sign + publish with confirms and `mandatory` (%d reminders per message: `--envelope-size`; and, in a row of its own, a message per reminder, `--envelope-size 1`) + record the batch's publish confirmation (one row per batch); rate = confirmed / run time.\n", thousands(o.nOther), envelopeSize)
+	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch: rows to `enqueued` under a dispatch lease) + sign + publish with confirms and `mandatory` (envelopes of %s: `--envelope-size`, `--burst-envelope-size` while a claim leaves due rows behind; and, in a row of its own, a message per reminder, `--envelope-size 1`) + record the batch's publish confirmation (one row per batch); rate = confirmed / run time.\n", thousands(o.nOther), envelopes(envelopeSize))
 	p("Raw broker: N persistent 100-byte messages to a quorum queue of its own, publisher confirms in windows of %d; then consumed with manual acks (one `basic.ack` per message, prefetch %d). ", o.window, o.window)
 	p("Then at once, on another quorum queue of its own: a publisher (same messages, same confirm windows) and a consumer (same acks and prefetch, subscribed before the first publish), each over a connection of its own, N messages through (the issue's 17,000 msg/s reference); rate = N / (first publish → last ack).\n\n")
 	p("| measurement | median | min | max |\n|---|---|---|---|\n")
@@ -325,7 +325,7 @@ func report(o options, m machine, r results) error {
 		p("| raw broker | %s | | |\n", notRun)
 	}
 	if o.sections["dispatcher"] {
-		p("| dispatcher claim-publish-record, envelopes of %d, reminders/s | %s |\n", envelopeSize, fmtS(disp))
+		p("| dispatcher claim-publish-record, envelopes of %s, reminders/s | %s |\n", envelopes(envelopeSize), fmtS(disp))
 		if len(r.disp1) > 0 {
 			p("| dispatcher claim-publish-record, a message per reminder, reminders/s | %s |\n", fmtS(disp1))
 		}
