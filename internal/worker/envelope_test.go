@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/message"
@@ -210,4 +212,64 @@ type panicStore struct{ *fakeStore }
 
 func (panicStore) RecordOutcomes(context.Context, time.Time, []store.Outcome, string) (map[int64]bool, error) {
 	panic("boom")
+}
+
+// An envelope larger than the worker's batch (the dispatcher's burst size)
+// is claimed and recorded as one batch, but its sends go out at most
+// Concurrency × Batch at once: no more provider connections and send
+// goroutines than a worker made before envelopes could exceed its batch.
+func TestEnvelopeSendsAreBoundedByTheWorkersSendSlots(t *testing.T) {
+	t.Parallel()
+	b := setupFakes(t)
+	w, err := New(Config{Channel: reminder.SMS, Concurrency: 1, Batch: 2}, Deps{Topology: topo, Store: b.store,
+		Sender: b.sender, Keys: b.keys, Clock: b.clock, Log: zerolog.Nop(), Rand: func() float64 { return 0 }})
+	require.NoError(t, err)
+	w.pub = b.pub
+	gate := &gatedSender{Sender: b.sender, entered: make(chan int64, 5), release: make(chan struct{})}
+	w.sender = gate
+	for id := int64(1); id <= 5; id++ {
+		b.addRow(row(func(r *store.Delivery) { r.ID = id }))
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.process(context.Background(), []amqp.Delivery{b.envelope(t, 1, 1, 2, 3, 4, 5)})
+	}()
+	<-gate.entered
+	<-gate.entered
+	select {
+	case id := <-gate.entered:
+		t.Fatalf("a third send (reminder %d) started while two were in flight with 1 × 2 send slots", id)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate.release)
+	<-done
+	require.EqualValues(t, 2, gate.most.Load(), "most sends in flight at once")
+	require.Equal(t, map[uint64]string{1: "ack"}, b.acks.settled)
+	for id := int64(1); id <= 5; id++ {
+		require.Equal(t, reminder.Delivered, b.store.state(id), "reminder %d", id)
+	}
+}
+
+// gatedSender holds every send until release, and counts how many are in
+// flight at once.
+type gatedSender struct {
+	provider.Sender
+	entered   chan int64
+	release   chan struct{}
+	now, most atomic.Int64
+}
+
+func (s *gatedSender) Send(ctx context.Context, m provider.Message) (string, error) {
+	n := s.now.Add(1)
+	defer s.now.Add(-1)
+	for {
+		most := s.most.Load()
+		if n <= most || s.most.CompareAndSwap(most, n) {
+			break
+		}
+	}
+	s.entered <- m.ReminderID
+	<-s.release
+	return s.Sender.Send(ctx, m)
 }

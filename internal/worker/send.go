@@ -39,8 +39,10 @@ func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
 	var wg sync.WaitGroup
 	wg.Add(len(sending))
 	for _, it := range sending {
+		w.acquireSend()
 		sendRunners.run(func() {
 			defer wg.Done()
+			defer w.releaseSend()
 			w.send(ctx, it)
 		})
 	}
@@ -66,6 +68,21 @@ func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
 	}
 	faults.Inject(faults.WorkerAfterRecord)
 	w.settleRecorded(ctx, sending, moved)
+}
+
+// acquireSend takes one of the worker's sendSlots, waiting for a send to
+// return when all are taken; releaseSend gives it back. A Worker built
+// without New has no bound.
+func (w *Worker) acquireSend() {
+	if w.sends != nil {
+		w.sends <- struct{}{}
+	}
+}
+
+func (w *Worker) releaseSend() {
+	if w.sends != nil {
+		<-w.sends
+	}
 }
 
 // settleRecorded counts and settles the recorded attempts: terminal ones are

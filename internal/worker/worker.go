@@ -172,6 +172,9 @@ type Worker struct {
 	ready   atomic.Bool
 	// inflight are sends waiting for their rate-limit slots, outside any batch.
 	inflight sync.WaitGroup
+	// sends bounds the provider calls in flight at once to Concurrency ×
+	// Batch (sendSlots), however many reminders an envelope carries.
+	sends chan struct{}
 	// latency measures provider calls, for the automatic deadline margin.
 	latency latencies
 	counts  struct {
@@ -179,6 +182,16 @@ type Worker struct {
 		slotsMissed, split, ackFrames, windows                                                          atomic.Int64
 	}
 }
+
+// sendSlots is how many provider calls a worker makes at once: Concurrency
+// batches of Batch reminders, what it made before envelopes could carry
+// more than Batch. An envelope of 100 (the dispatcher's burst size) would
+// otherwise put Concurrency × 100 sends in flight: as many connections to
+// the provider, and as many send goroutines with their grown stacks (the
+// worker's peak RSS rose from 37 to 50 MiB against its 48 MiB GOMEMLIMIT,
+// docs/benchmarks.md). The batch's statements still cover its whole
+// envelope; only the sends queue for a slot.
+func sendSlots(cfg Config) int { return cfg.Concurrency * cfg.Batch }
 
 // Deps are the worker's collaborators.
 type Deps struct {
@@ -233,6 +246,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, url: d.AMQPURL, topo: topo, declare: d.DeclareTopology, store: d.Store, sender: d.Sender, keys: d.Keys,
 		clock: d.Clock, log: d.Log, rand: d.Rand, m: d.Metrics, fleet: d.Limiter, pub: pub,
+		sends: make(chan struct{}, sendSlots(cfg)),
 	}
 	if w.clock == nil {
 		w.clock = clock.Real{}
