@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/provider"
-	"github.com/nudgehq/nudge/internal/sms"
 )
 
 // stallPoints are servers that stall a send where it can stall: in the TLS
@@ -50,9 +49,9 @@ func stallPoints(t *testing.T) []struct {
 }
 
 // The caller's deadline, not Config.Timeout, ends a send wherever the
-// exchange stalls, through either transport, and so does a cancellation (the
-// worker's abort at the end of its grace period). The worker sets that
-// deadline to the reminder's.
+// exchange stalls, through either adapter and either transport, and so does
+// a cancellation (the worker's abort at the end of its grace period). The
+// worker sets that deadline to the reminder's.
 func TestSendIsCutAtTheCallersDeadline(t *testing.T) {
 	t.Parallel()
 	endings := []struct {
@@ -70,25 +69,26 @@ func TestSendIsCutAtTheCallersDeadline(t *testing.T) {
 			return ctx, func() { stop.Stop(); cancel() }
 		}},
 	}
-	for _, tr := range transports {
-		for _, end := range endings {
-			for _, tc := range stallPoints(t) {
-				t.Run(tr.name+"/"+end.name+"/"+tc.name, func(t *testing.T) {
-					t.Parallel()
-					c, err := sms.New(sms.Config{URL: tc.url(t), Timeout: 20 * time.Second, HTTPClient: tr.http()})
-					require.NoError(t, err)
-					// The clock starts before the deadline is set: a send that
-					// ends at its deadline took at least 300 ms from here.
-					start := time.Now()
-					ctx, cancel := end.context(t.Context())
-					defer cancel()
-					_, err = c.Send(ctx, message("k"))
-					took := time.Since(start)
-					requireSendError(t, err, provider.Retryable, end.code)
-					require.ErrorIs(t, err, end.want)
-					require.GreaterOrEqual(t, took, 300*time.Millisecond, "not before the "+end.name)
-					require.Less(t, took, 5*time.Second, "at the "+end.name+", not at Config.Timeout")
-				})
+	for _, s := range senders {
+		for _, tr := range transports {
+			for _, end := range endings {
+				for _, tc := range stallPoints(t) {
+					t.Run(s.name+"/"+tr.name+"/"+end.name+"/"+tc.name, func(t *testing.T) {
+						t.Parallel()
+						c := s.new(t, tc.url(t), 20*time.Second, tr.http())
+						// The clock starts before the deadline is set: a send that
+						// ends at its deadline took at least 300 ms from here.
+						start := time.Now()
+						ctx, cancel := end.context(t.Context())
+						defer cancel()
+						_, err := c.Send(ctx, message("k"))
+						took := time.Since(start)
+						requireSendError(t, err, provider.Retryable, end.code)
+						require.ErrorIs(t, err, end.want)
+						require.GreaterOrEqual(t, took, 300*time.Millisecond, "not before the "+end.name)
+						require.Less(t, took, 5*time.Second, "at the "+end.name+", not at Config.Timeout")
+					})
+				}
 			}
 		}
 	}

@@ -20,8 +20,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// This file is the default transport of the generic API's client (Client):
-// each exchange runs on the sending goroutine, from the pooled connection to
+// This file is the default transport of both adapters' clients (Client and
+// TwilioClient; each writes its own requests' heads with the helpers at the
+// end): each exchange runs on the sending goroutine, from the pooled connection to
 // the parsed answer. Why not net/http's client: its transport hands every
 // request to two goroutines of the connection (a write loop and a read loop)
 // through channels and select, and builds a header map for every answer;
@@ -49,9 +50,9 @@ import (
 //
 // What is not: a request is never sent twice by the client on its own (a
 // POST on a connection that fails is the caller's to retry, with the same
-// idempotency key), nor over HTTP/2, nor through a proxy: New keeps
-// net/http's client when the environment names a proxy for the URL, and
-// when Config.HTTPClient is set.
+// idempotency key; Twilio's is looked up first), nor over HTTP/2, nor
+// through a proxy: New and NewTwilio keep net/http's client when the
+// environment names a proxy for the URL, and when HTTPClient is set.
 
 const (
 	// directIdle closes a pooled connection idle for this long: below the
@@ -69,7 +70,31 @@ const (
 // or another control byte.
 var errInvalidKey = errors.New(`net/http: invalid header field value for "Idempotency-Key"`)
 
-// directClient sends a Client's requests to one host:port.
+// transport is how a Client or a TwilioClient reaches its provider: the
+// direct client, or net/http's client when the caller gave one or the
+// direct client cannot serve the URL (newDirect).
+type transport struct {
+	http   *http.Client  // nil when direct is set
+	direct *directClient // the default; nil when net/http's client is used
+	// postBefore and postAfter are a direct POST's head around its
+	// Content-Length value (postHead), each client's own.
+	postBefore, postAfter []byte
+}
+
+// newTransport returns the transport to u with the caller's client hc
+// (nil: the default).
+func newTransport(u *url.URL, hc *http.Client) transport {
+	if hc != nil {
+		return transport{http: hc}
+	}
+	if d := newDirect(u); d != nil {
+		return transport{direct: d}
+	}
+	return transport{http: defaultHTTPClient()}
+}
+
+// directClient sends a Client's or a TwilioClient's requests to one
+// host:port.
 type directClient struct {
 	pool   *fasthttp.HostClient
 	host   string      // the Host header: the URL's host as written
@@ -260,40 +285,57 @@ func (d *directClient) exchange(ctx context.Context, req []byte, a *answer) (sta
 	return status, retryAfter, nil
 }
 
-// postHead is the head of a send's POST, up to the Content-Length value,
-// and the rest of the head after it up to the idempotency key's value:
-// net/http's order (Host, User-Agent, Content-Length, the header's keys
-// sorted, then the transport's Accept-Encoding).
-func postHead(d *directClient, path, token string) (before, after []byte) {
-	before = fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\nContent-Length: ", path, d.host, userAgent)
+// headEnd ends every head: the transport's Accept-Encoding (net/http adds
+// it after the request's own header) and the blank line.
+const headEnd = "Accept-Encoding: gzip\r\n\r\n"
+
+// headStart is a request's head as net/http begins it: the request line,
+// Host and User-Agent. The request's own header follows, its keys sorted.
+func headStart(d *directClient, method, path string) []byte {
+	return fmt.Appendf(nil, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\n", method, path, d.host, userAgent)
+}
+
+// postHead is the head of a POST of contentType with Authorization auth
+// ("" for none), cut at the Content-Length value: before ends with
+// "Content-Length: ", after holds the header's keys that follow it, sorted
+// (Accept, Authorization, Content-Type), as net/http writes them. The
+// caller ends after: with the idempotency key's line (Client) or headEnd.
+func postHead(d *directClient, path, auth, contentType string) (before, after []byte) {
+	before = append(headStart(d, http.MethodPost, path), "Content-Length: "...)
 	after = []byte("\r\nAccept: application/json\r\n")
-	if token != "" {
-		after = fmt.Appendf(after, "Authorization: Bearer %s\r\n", token)
+	if auth != "" {
+		after = fmt.Appendf(after, "Authorization: %s\r\n", auth)
 	}
-	after = append(after, "Content-Type: application/json\r\nIdempotency-Key: "...)
+	after = fmt.Appendf(after, "Content-Type: %s\r\n", contentType)
 	return before, after
 }
 
-// appendPostHead appends a send's head: before, the body's length, after,
-// the idempotency key and the end of the head.
+// appendHead appends a POST's head: before, the body's length n, after.
+func appendHead(dst, before []byte, n int, after []byte) []byte {
+	dst = append(dst, before...)
+	dst = strconv.AppendInt(dst, int64(n), 10)
+	return append(dst, after...)
+}
+
+// appendPostHead appends a generic send's head: appendHead (after ends
+// with "Idempotency-Key: "), the idempotency key and the end of the head.
 func appendPostHead(dst, before, after []byte, n int, key string) ([]byte, error) {
 	if !validHeaderValue(key) {
 		return dst, errInvalidKey
 	}
-	dst = append(dst, before...)
-	dst = strconv.AppendInt(dst, int64(n), 10)
-	dst = append(dst, after...)
+	dst = appendHead(dst, before, n, after)
 	dst = append(dst, key...)
-	return append(dst, "\r\nAccept-Encoding: gzip\r\n\r\n"...), nil
+	return append(dst, "\r\n"+headEnd...), nil
 }
 
-// getHead is a lookup's GET of path (a request URI), as net/http writes it.
-func getHead(d *directClient, path, token string) []byte {
-	b := fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\nAccept: application/json\r\n", path, d.host, userAgent)
-	if token != "" {
-		b = fmt.Appendf(b, "Authorization: Bearer %s\r\n", token)
+// getHead is a lookup's GET of path (a request URI) with Authorization auth
+// ("" for none), as net/http writes it.
+func getHead(d *directClient, path, auth string) []byte {
+	b := append(headStart(d, http.MethodGet, path), "Accept: application/json\r\n"...)
+	if auth != "" {
+		b = fmt.Appendf(b, "Authorization: %s\r\n", auth)
 	}
-	return append(b, "Accept-Encoding: gzip\r\n\r\n"...)
+	return append(b, headEnd...)
 }
 
 // validHeaderValue is net/http's check of a header value: no control byte

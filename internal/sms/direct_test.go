@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,14 +84,10 @@ func readRequest(br *bufio.Reader, raw *bytes.Buffer) (*http.Request, []byte, er
 	return req, bytes.Clone(raw.Bytes()), nil
 }
 
-const acceptedAnswer = "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"id\":\"prov-1\"}"
-
-// TestDirectWireMatchesNetHTTP: the bytes a provider receives from the
-// direct client, for a send and a lookup, are the bytes net/http's client
-// writes for the same calls, in the same order (TestSendWireFormat compares
-// the parsed request with a golden; this compares the wire itself).
-func TestDirectWireMatchesNetHTTP(t *testing.T) {
-	t.Parallel()
+// wireServer is a rawServer that sends each request it reads, as it came on
+// the wire, on the channel it returns, and writes the answer answer gives.
+func wireServer(t *testing.T, answer func(*http.Request) string) (string, <-chan []byte) {
+	t.Helper()
 	got := make(chan []byte, 8)
 	addr := rawServer(t, func(conn net.Conn) {
 		var raw bytes.Buffer
@@ -100,14 +98,46 @@ func TestDirectWireMatchesNetHTTP(t *testing.T) {
 				return
 			}
 			got <- b
-			answer := acceptedAnswer
-			if req.Method == http.MethodGet {
-				answer = "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"id\":\"prov-1\"}"
-			}
-			if _, err := io.WriteString(conn, answer); err != nil {
+			if _, err := io.WriteString(conn, answer(req)); err != nil {
 				return
 			}
 		}
+	})
+	return addr, got
+}
+
+const acceptedAnswer = "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"id\":\"prov-1\"}"
+
+// senders are the adapters with a send over HTTP, each built for url with
+// a timeout and Config.HTTPClient (nil: the direct client).
+var senders = []struct {
+	name string
+	new  func(t *testing.T, url string, timeout time.Duration, hc *http.Client) provider.Sender
+}{
+	{"generic", func(t *testing.T, url string, timeout time.Duration, hc *http.Client) provider.Sender {
+		c, err := sms.New(sms.Config{URL: url, Timeout: timeout, HTTPClient: hc})
+		require.NoError(t, err)
+		return c
+	}},
+	{"twilio", func(t *testing.T, url string, timeout time.Duration, hc *http.Client) provider.Sender {
+		c, err := sms.NewTwilio(sms.TwilioConfig{URL: url, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006",
+			Timeout: timeout, HTTPClient: hc})
+		require.NoError(t, err)
+		return c
+	}},
+}
+
+// TestDirectWireMatchesNetHTTP: the bytes a provider receives from the
+// direct client, for a send and a lookup, are the bytes net/http's client
+// writes for the same calls, in the same order (TestSendWireFormat compares
+// the parsed request with a golden; this compares the wire itself).
+func TestDirectWireMatchesNetHTTP(t *testing.T) {
+	t.Parallel()
+	addr, got := wireServer(t, func(req *http.Request) string {
+		if req.Method == http.MethodGet {
+			return "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"id\":\"prov-1\"}"
+		}
+		return acceptedAnswer
 	})
 	wires := map[string][2][]byte{}
 	for _, tr := range transports {
@@ -135,47 +165,94 @@ func TestDirectWireMatchesNetHTTP(t *testing.T) {
 	require.Contains(t, string(wires["direct tok"][0]), "POST /gateway/v1/messages HTTP/1.1\r\nHost: "+addr+"\r\nUser-Agent: Go-http-client/1.1\r\n")
 }
 
+// TestTwilioDirectWireMatchesNetHTTP is TestDirectWireMatchesNetHTTP for
+// Twilio's adapter: a create, a lookup by SID and a lookup by listing
+// reach Twilio as the same bytes through either transport.
+func TestTwilioDirectWireMatchesNetHTTP(t *testing.T) {
+	t.Parallel()
+	addr, got := wireServer(t, func(req *http.Request) string {
+		body, status := `{"sid":"SM1","status":"queued"}`, "201 Created"
+		switch {
+		case req.Method != http.MethodGet:
+		case strings.HasSuffix(req.URL.Path, "/Messages.json"):
+			body, status = `{"messages":[],"next_page_uri":null}`, "200 OK"
+		default:
+			status = "200 OK"
+		}
+		return fmt.Sprintf("HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", status, len(body), body)
+	})
+	wires := map[string][3][]byte{}
+	for _, tr := range transports {
+		c, err := sms.NewTwilio(sms.TwilioConfig{URL: "http://" + addr + "/twilio/", AccountSID: testAccount, AuthToken: testToken,
+			From: "+15005550006", StatusCallback: "https://hooks.example.com/twilio?x=1", HTTPClient: tr.http()})
+		require.NoError(t, err)
+		require.Equal(t, tr.name == "direct", sms.TwilioDirect(c))
+		m := wireMessage()
+		id, err := c.Send(t.Context(), m)
+		require.NoError(t, err)
+		require.Equal(t, "SM1", id)
+		send := <-got
+		m.Earlier = []provider.Earlier{{ProviderID: "SM1", Started: time.Now()}}
+		id, err = c.Lookup(t.Context(), m)
+		require.NoError(t, err)
+		require.Equal(t, "SM1", id)
+		bySID := <-got
+		_, err = c.Lookup(t.Context(), earlier(m))
+		require.ErrorIs(t, err, provider.ErrNotFound)
+		wires[tr.name] = [3][]byte{send, bySID, <-got}
+	}
+	want, have := wires["net/http"], wires["direct"]
+	for i, what := range []string{"create", "lookup by SID", "lookup by listing"} {
+		require.Equal(t, string(want[i]), string(have[i]), what)
+	}
+	require.Contains(t, string(have[0]), "POST /twilio/2010-04-01/Accounts/"+testAccount+"/Messages.json HTTP/1.1\r\nHost: "+addr+"\r\n")
+	require.Contains(t, string(have[2]), "GET /twilio/2010-04-01/Accounts/"+testAccount+"/Messages.json?From=")
+}
+
 // TestDirectNeverSendsAPostTwice: a connection that fails after the request
 // was written (the provider read it, then closed without answering) ends
 // the send with an unknown outcome; the client does not send it again on
 // another connection, fresh or pooled (a provider without deduplication
-// would deliver it twice).
+// would deliver it twice: Twilio does).
 func TestDirectNeverSendsAPostTwice(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		answer int // requests answered before the one read and dropped
-	}{{"on a new connection", 0}, {"on a pooled connection", 1}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var requests atomic.Int64
-			addr := rawServer(t, func(conn net.Conn) {
-				var raw bytes.Buffer
-				br := bufio.NewReader(io.TeeReader(conn, &raw))
-				for i := 0; ; i++ {
-					if _, _, err := readRequest(br, &raw); err != nil {
-						return
+	const body = `{"id":"prov-1","sid":"SM1"}` // an acceptance to either adapter
+	accepted := fmt.Sprintf("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	for _, s := range senders {
+		for _, tc := range []struct {
+			name   string
+			answer int // requests answered before the one read and dropped
+		}{{"on a new connection", 0}, {"on a pooled connection", 1}} {
+			t.Run(s.name+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				var requests atomic.Int64
+				addr := rawServer(t, func(conn net.Conn) {
+					var raw bytes.Buffer
+					br := bufio.NewReader(io.TeeReader(conn, &raw))
+					for i := 0; ; i++ {
+						if _, _, err := readRequest(br, &raw); err != nil {
+							return
+						}
+						requests.Add(1)
+						if i >= tc.answer {
+							return // read, then closed without an answer
+						}
+						if _, err := io.WriteString(conn, accepted); err != nil {
+							return
+						}
 					}
-					requests.Add(1)
-					if i >= tc.answer {
-						return // read, then closed without an answer
-					}
-					if _, err := io.WriteString(conn, acceptedAnswer); err != nil {
-						return
-					}
+				})
+				c := s.new(t, "http://"+addr, 5*time.Second, nil)
+				for range tc.answer {
+					_, err := c.Send(t.Context(), message("k"))
+					require.NoError(t, err)
 				}
-			})
-			c, err := sms.New(sms.Config{URL: "http://" + addr, Timeout: 5 * time.Second})
-			require.NoError(t, err)
-			for range tc.answer {
 				_, err := c.Send(t.Context(), message("k"))
-				require.NoError(t, err)
-			}
-			_, err = c.Send(t.Context(), message("k"))
-			pe := requireSendError(t, err, provider.Retryable, "network")
-			require.Equal(t, "unknown", string(pe.Outcome()))
-			require.Equal(t, int64(tc.answer+1), requests.Load(), "the dropped request was sent once")
-		})
+				pe := requireSendError(t, err, provider.Retryable, "network")
+				require.Equal(t, "unknown", string(pe.Outcome()))
+				require.Equal(t, int64(tc.answer+1), requests.Load(), "the dropped request was sent once")
+			})
+		}
 	}
 }
 
@@ -242,6 +319,35 @@ func TestDirectTLS(t *testing.T) {
 	require.Len(t, fake.Messages(), 1)
 }
 
+// TestTwilioDirectTLS: Twilio's adapter reaches an https API over TLS with
+// the direct client, verified: a create, a lookup by SID and one by listing.
+func TestTwilioDirectTLS(t *testing.T) {
+	t.Parallel()
+	fake := fakesms.New(fakesms.WithTwilioAccount(testAccount, testToken))
+	ts := httptest.NewTLSServer(fake)
+	t.Cleanup(ts.Close)
+	t.Cleanup(fake.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(ts.Certificate())
+
+	c, err := sms.NewTwilio(sms.TwilioConfig{URL: ts.URL, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006",
+		Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	require.True(t, sms.TwilioDirect(c))
+	sms.TwilioTrustOnly(c, roots)
+	sid, err := c.Send(t.Context(), message("k-tls"))
+	require.NoError(t, err)
+	m := message("k-tls")
+	m.Earlier = []provider.Earlier{{ProviderID: sid, Started: time.Now()}}
+	found, err := c.Lookup(t.Context(), m)
+	require.NoError(t, err)
+	require.Equal(t, sid, found)
+	found, err = c.Lookup(t.Context(), earlier(message("k-tls")))
+	require.NoError(t, err)
+	require.Equal(t, sid, found)
+	require.Len(t, fake.Messages(), 1)
+}
+
 // TestDefaultClientHonoursProxy: when the environment names a proxy for the
 // provider's URL, New keeps net/http's client, which sends through it; when
 // NO_PROXY exempts the host, the direct client is used. Run in a child
@@ -250,11 +356,15 @@ func TestDefaultClientHonoursProxy(t *testing.T) {
 	if url := os.Getenv("NUDGE_SMS_PROXY_CHILD"); url != "" {
 		c, err := sms.New(sms.Config{URL: url, Timeout: 5 * time.Second})
 		require.NoError(t, err)
+		tw, err := sms.NewTwilio(sms.TwilioConfig{URL: url, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006"})
+		require.NoError(t, err)
 		if os.Getenv("NO_PROXY") != "" {
 			require.True(t, sms.Direct(c))
+			require.True(t, sms.TwilioDirect(tw))
 			return
 		}
 		require.False(t, sms.Direct(c))
+		require.False(t, sms.TwilioDirect(tw))
 		id, err := c.Send(t.Context(), message("k-proxy"))
 		require.NoError(t, err)
 		require.Equal(t, "via-proxy", id)
@@ -280,8 +390,9 @@ func TestDefaultClientHonoursProxy(t *testing.T) {
 	require.Empty(t, got)
 }
 
-// TestDirectOrNetHTTP: New uses the direct client unless the caller gives
-// an HTTPClient or the host is not ASCII (net/http sends its IDNA form).
+// TestDirectOrNetHTTP: New and NewTwilio use the direct client unless the
+// caller gives an HTTPClient or the host is not ASCII (net/http sends its
+// IDNA form).
 func TestDirectOrNetHTTP(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -296,6 +407,10 @@ func TestDirectOrNetHTTP(t *testing.T) {
 		c, err := sms.New(tc.cfg)
 		require.NoError(t, err)
 		require.Equal(t, tc.direct, sms.Direct(c), tc.cfg.URL)
+		tw, err := sms.NewTwilio(sms.TwilioConfig{URL: tc.cfg.URL, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006",
+			HTTPClient: tc.cfg.HTTPClient})
+		require.NoError(t, err)
+		require.Equal(t, tc.direct, sms.TwilioDirect(tw), "twilio at "+tc.cfg.URL)
 	}
 }
 

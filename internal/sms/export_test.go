@@ -8,3 +8,9 @@ func TrustOnly(c *Client, roots *x509.CertPool) { c.direct.tls.RootCAs = roots }
 
 // Direct reports whether c sends through the direct client.
 func Direct(c *Client) bool { return c.direct != nil }
+
+// TwilioTrustOnly is TrustOnly for a TwilioClient.
+func TwilioTrustOnly(c *TwilioClient, roots *x509.CertPool) { c.direct.tls.RootCAs = roots }
+
+// TwilioDirect reports whether c sends through the direct client.
+func TwilioDirect(c *TwilioClient) bool { return c.direct != nil }

@@ -50,17 +50,25 @@ func sendLoop(b *testing.B, c provider.Sender) {
 
 // BenchmarkTwilioSend is BenchmarkSend through the Twilio adapter: one
 // create (basic auth, a form body) at the fake's Twilio routes over
-// loopback ("fake"), and answered in memory by a transport that reads the
-// request and returns a canned 201 ("in-memory": the client's own cost,
-// without the fake's and the network's).
+// loopback, through the default client ("fake", the direct client) and
+// through net/http's ("fake-net-http"), and answered in memory by a
+// transport that reads the request and returns a canned 201 ("in-memory":
+// the client's own cost over net/http, without the fake's and the
+// network's).
 //
 //	go test ./internal/sms -run '^$' -bench '^BenchmarkTwilioSend$' -benchmem -count 6
 func BenchmarkTwilioSend(b *testing.B) {
 	b.Run("fake", func(b *testing.B) {
 		sendLoop(b, setup(b, fakesms.WithTwilioAccount(testAccount, testToken)).twilio(b, 0, nil))
 	})
+	b.Run("fake-net-http", func(b *testing.B) {
+		bb := setup(b, fakesms.WithTwilioAccount(testAccount, testToken))
+		bb.netHTTP = true
+		sendLoop(b, bb.twilio(b, 0, nil))
+	})
 	b.Run("in-memory", func(b *testing.B) {
-		sendLoop(b, (&bundle{url: "http://twilio.invalid", http: &http.Client{Transport: created{}}}).twilio(b, 0, nil))
+		bb := &bundle{url: "http://twilio.invalid", http: &http.Client{Transport: created{}}, netHTTP: true}
+		sendLoop(b, bb.twilio(b, 0, nil))
 	})
 }
 

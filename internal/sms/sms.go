@@ -111,13 +111,10 @@ type Client struct {
 	token    string
 	sender   string
 	timeout  time.Duration
-	http     *http.Client  // nil when direct is set
-	direct   *directClient // the default; nil when net/http's client is used
-	// postBefore and postAfter are a direct send's head around its
-	// Content-Length value (postHead).
-	postBefore, postAfter []byte
-	templates             *Templates
-	now                   func() time.Time
+	// transport's postAfter ends with "Idempotency-Key: ".
+	transport
+	templates *Templates
+	now       func() time.Time
 }
 
 var (
@@ -149,13 +146,6 @@ func New(cfg Config) (*Client, error) {
 	if strings.ContainsAny(cfg.Token, "\r\n") {
 		return nil, fmt.Errorf("%w: Config.Token must not contain line breaks", ErrInvalidConfig)
 	}
-	hc := cfg.HTTPClient
-	var direct *directClient
-	if hc == nil {
-		if direct = newDirect(u); direct == nil {
-			hc = defaultHTTPClient()
-		}
-	}
 	tmpl := cfg.Templates
 	if tmpl == nil {
 		tmpl = DefaultTemplates()
@@ -180,19 +170,19 @@ func New(cfg Config) (*Client, error) {
 		token:     cfg.Token,
 		sender:    cfg.Sender,
 		timeout:   timeout,
-		http:      hc,
-		direct:    direct,
+		transport: newTransport(u, cfg.HTTPClient),
 		templates: tmpl,
 		now:       time.Now,
 	}
-	if direct != nil {
-		c.postBefore, c.postAfter = postHead(direct, post.URL.RequestURI(), cfg.Token)
+	if c.direct != nil {
+		c.postBefore, c.postAfter = postHead(c.direct, post.URL.RequestURI(), c.authorization(), "application/json")
+		c.postAfter = append(c.postAfter, "Idempotency-Key: "...)
 	}
 	return c, nil
 }
 
-// defaultHTTPClient is net/http's client as New uses it when the direct
-// client cannot serve (a proxy) and NewTwilio always: a clone of
+// defaultHTTPClient is net/http's client as New and NewTwilio use it when
+// the direct client cannot serve (a proxy, a host that is not ASCII): a clone of
 // http.DefaultTransport (proxies from the environment, HTTP/2) that keeps
 // an idle connection for every send in flight. The default transport keeps
 // 2 idle connections per host; a worker sends a batch concurrently to one
@@ -410,6 +400,14 @@ func (c *Client) Lookup(ctx context.Context, msg provider.Message) (string, erro
 	return c.interpret(resp.StatusCode, retryAfter(resp), body)
 }
 
+// authorization is the Authorization header's value, "" when none.
+func (c *Client) authorization() string {
+	if c.auth == nil {
+		return ""
+	}
+	return c.auth[0]
+}
+
 // lookupDirect is the rest of Lookup through the direct client: GET target.
 func (c *Client) lookupDirect(ctx context.Context, msg provider.Message, target string) (string, error) {
 	u, err := url.Parse(target)
@@ -418,7 +416,7 @@ func (c *Client) lookupDirect(ctx context.Context, msg provider.Message, target 
 	}
 	rb := answers.Get().(*answer)
 	defer rb.release()
-	status, wait, err := c.direct.exchange(ctx, getHead(c.direct, u.RequestURI(), c.token), rb)
+	status, wait, err := c.direct.exchange(ctx, getHead(c.direct, u.RequestURI(), c.authorization()), rb)
 	if err != nil {
 		return "", transportError(fmt.Sprintf("looking up reminder %d by sms", msg.ReminderID), err)
 	}

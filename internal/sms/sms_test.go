@@ -36,13 +36,13 @@ type bundle struct {
 	fake *fakesms.Server
 	url  string
 	http *http.Client
-	// netHTTP has the generic client send through http (net/http's
-	// client) rather than its default, the direct client.
+	// netHTTP has the generic and the Twilio client send through http
+	// (net/http's client) rather than their default, the direct client.
 	netHTTP bool
 }
 
-// httpClient is the generic client's Config.HTTPClient: nil (the direct
-// client) unless b.netHTTP.
+// httpClient is the clients' Config.HTTPClient (TwilioConfig.HTTPClient):
+// nil (the direct client) unless b.netHTTP.
 func (b *bundle) httpClient() *http.Client {
 	if b.netHTTP {
 		return b.http

@@ -44,13 +44,18 @@ func adapters() []adapter {
 			}},
 		{name: "twilio", permanentCode: "twilio_21211",
 			new: func(t *testing.T, b *bundle, timeout time.Duration) provider.Looker { return b.twilio(t, timeout, nil) }},
+		{name: "twilio over net/http", permanentCode: "twilio_21211",
+			new: func(t *testing.T, b *bundle, timeout time.Duration) provider.Looker {
+				b.netHTTP = true
+				return b.twilio(t, timeout, nil)
+			}},
 	}
 }
 
 func (b *bundle) twilio(t testing.TB, timeout time.Duration, edit func(*sms.TwilioConfig)) *sms.TwilioClient {
 	t.Helper()
 	cfg := sms.TwilioConfig{URL: b.url, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006",
-		Timeout: timeout, HTTPClient: b.http}
+		Timeout: timeout, HTTPClient: b.httpClient()}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -162,6 +167,15 @@ func suite(t *testing.T, a adapter) {
 
 func TestTwilioRequestShape(t *testing.T) {
 	t.Parallel()
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			twilioRequestShape(t, tr.http())
+		})
+	}
+}
+
+func twilioRequestShape(t *testing.T, hc *http.Client) {
 	var got *http.Request
 	var form map[string][]string
 	url := cannedServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +186,7 @@ func TestTwilioRequestShape(t *testing.T) {
 		_, _ = w.Write([]byte(`{"sid":"SM123","status":"queued"}`))
 	})
 	c, err := sms.NewTwilio(sms.TwilioConfig{URL: url, AccountSID: testAccount, AuthToken: testToken,
-		MessagingServiceSID: "MG1", StatusCallback: "https://hooks.example.com/twilio?x=1"})
+		MessagingServiceSID: "MG1", StatusCallback: "https://hooks.example.com/twilio?x=1", HTTPClient: hc})
 	require.NoError(t, err)
 	id, err := c.Send(t.Context(), message("k-shape"))
 	require.NoError(t, err)
@@ -215,24 +229,27 @@ func TestTwilioRefusals(t *testing.T) {
 		{"no JSON", 502, `<html>bad gateway</html>`, provider.Retryable, "http_502", 3 * time.Second, "retryable"},
 		{"created without sid", 201, `{"status":"queued"}`, provider.Retryable, "bad_response", 0, "unknown"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			url := cannedServer(t, func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Retry-After", "3")
-				w.WriteHeader(tt.status)
-				_, _ = w.Write([]byte(tt.body))
+	for _, tr := range transports {
+		for _, tt := range tests {
+			t.Run(tr.name+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				url := cannedServer(t, func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Retry-After", "3")
+					w.WriteHeader(tt.status)
+					_, _ = w.Write([]byte(tt.body))
+				})
+				c, err := sms.NewTwilio(sms.TwilioConfig{URL: url, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006",
+					HTTPClient: tr.http()})
+				require.NoError(t, err)
+				_, err = c.Send(t.Context(), message("k"))
+				pe := requireSendError(t, err, tt.kind, tt.code)
+				require.Equal(t, tt.outcomes, string(pe.Outcome()))
+				if tt.kind == provider.Retryable {
+					require.Equal(t, tt.retryIn, pe.RetryAfter)
+				}
+				require.NotContains(t, err.Error(), testToken)
 			})
-			c, err := sms.NewTwilio(sms.TwilioConfig{URL: url, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006"})
-			require.NoError(t, err)
-			_, err = c.Send(t.Context(), message("k"))
-			pe := requireSendError(t, err, tt.kind, tt.code)
-			require.Equal(t, tt.outcomes, string(pe.Outcome()))
-			if tt.kind == provider.Retryable {
-				require.Equal(t, tt.retryIn, pe.RetryAfter)
-			}
-			require.NotContains(t, err.Error(), testToken)
-		})
+		}
 	}
 }
 

@@ -74,9 +74,10 @@ type TwilioConfig struct {
 	StatusCallback string
 	// Timeout bounds each request, as in Config. Zero: DefaultTimeout.
 	Timeout time.Duration
-	// HTTPClient sends the requests. Nil: net/http's client as New's
-	// fallback builds it (defaultHTTPClient); the direct client serves the
-	// generic API alone.
+	// HTTPClient sends the requests. Nil: the direct client, as for
+	// Config.HTTPClient (direct.go), or net/http's client as
+	// defaultHTTPClient builds it when the environment names a proxy for
+	// URL or URL's host is not ASCII.
 	HTTPClient *http.Client
 	// Templates renders message bodies. Nil: DefaultTemplates.
 	Templates *Templates
@@ -85,14 +86,15 @@ type TwilioConfig struct {
 // TwilioClient sends SMS through Twilio. It implements provider.Looker and
 // is safe for concurrent use.
 type TwilioClient struct {
-	messages  string   // .../Accounts/{sid}/Messages
-	origin    string   // scheme://host, for next_page_uri
-	auth      []string // the Authorization header's value: basic auth with the account SID and auth token
-	from      string
-	service   string
-	callback  string
-	timeout   time.Duration
-	http      *http.Client
+	messages string   // .../Accounts/{sid}/Messages
+	origin   string   // scheme://host, for next_page_uri
+	auth     []string // the Authorization header's value: basic auth with the account SID and auth token
+	from     string
+	service  string
+	callback string
+	timeout  time.Duration
+	// transport's postAfter ends the create's head.
+	transport
 	templates *Templates
 	now       func() time.Time
 }
@@ -141,23 +143,32 @@ func NewTwilio(cfg TwilioConfig) (*TwilioClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = defaultHTTPClient()
+	messages := u.JoinPath(twilioAPIVersion, "Accounts", cfg.AccountSID, "Messages").String()
+	create, err := url.Parse(messages + ".json") // as net/http parses the create's URL
+	if err != nil {
+		return nil, fmt.Errorf("%w: TwilioConfig.URL: %w", ErrInvalidConfig, err)
 	}
-	return &TwilioClient{
-		messages:  u.JoinPath(twilioAPIVersion, "Accounts", cfg.AccountSID, "Messages").String(),
+	c := &TwilioClient{
+		messages:  messages,
 		origin:    u.Scheme + "://" + u.Host,
 		auth:      []string{"Basic " + base64.StdEncoding.EncodeToString([]byte(cfg.AccountSID+":"+cfg.AuthToken))},
 		from:      cfg.From,
 		service:   cfg.MessagingServiceSID,
 		callback:  cfg.StatusCallback,
 		timeout:   base.timeout,
-		http:      hc,
+		transport: newTransport(u, cfg.HTTPClient),
 		templates: base.templates,
 		now:       time.Now,
-	}, nil
+	}
+	if c.direct != nil {
+		c.postBefore, c.postAfter = postHead(c.direct, create.RequestURI(), c.auth[0], formContentType)
+		c.postAfter = append(c.postAfter, headEnd...)
+	}
+	return c, nil
 }
+
+// formContentType is a create's Content-Type.
+const formContentType = "application/x-www-form-urlencoded"
 
 // Reference is the reference line a Twilio message of the reminder with
 // idempotency key key ends with: "ref " and the first 10 hex digits of the
@@ -220,10 +231,13 @@ func (c *TwilioClient) Send(ctx context.Context, msg provider.Message) (string, 
 	if err := msg.Open(); err != nil {
 		return "", err
 	}
-	status, header, body, err := c.do(ctx, http.MethodPost, c.messages+".json", form)
+	rb := answers.Get().(*answer)
+	defer rb.release()
+	status, wait, err := c.do(ctx, rb, http.MethodPost, c.messages+".json", form.Encode())
 	if err != nil {
 		return "", transportError(op, err)
 	}
+	body := rb.b
 	if status >= 200 && status < 300 {
 		var m twilioMessage
 		if err := json.Unmarshal(body, &m); err != nil || m.SID == "" {
@@ -234,11 +248,11 @@ func (c *TwilioClient) Send(ctx context.Context, msg provider.Message) (string, 
 		}
 		return m.SID, nil
 	}
-	return "", c.refusal(op, status, header, body)
+	return "", c.refusal(op, status, wait, body)
 }
 
-// refusal classifies a non-2xx answer.
-func (c *TwilioClient) refusal(op string, status int, header http.Header, body []byte) *provider.Error {
+// refusal classifies a non-2xx answer, with its Retry-After.
+func (c *TwilioClient) refusal(op string, status int, retryAfter string, body []byte) *provider.Error {
 	var te twilioError
 	_ = json.Unmarshal(body, &te)
 	err := fmt.Errorf("%s: twilio answered %d (code %d): %s", op, status, te.Code, excerpt([]byte(te.Message)))
@@ -247,7 +261,7 @@ func (c *TwilioClient) refusal(op string, status int, header http.Header, body [
 	}
 	switch {
 	case status == http.StatusTooManyRequests, te.Code == 20429, status == http.StatusRequestTimeout, status >= 500:
-		return provider.RetryableError("http_"+strconv.Itoa(status), ParseRetryAfter(header.Get("Retry-After"), c.now()), err)
+		return provider.RetryableError("http_"+strconv.Itoa(status), ParseRetryAfter(retryAfter, c.now()), err)
 	case te.Code != 0:
 		return provider.PermanentError("twilio_"+strconv.Itoa(te.Code), err)
 	case status >= 300 && status < 500:
@@ -256,23 +270,27 @@ func (c *TwilioClient) refusal(op string, status int, header http.Header, body [
 	return provider.RetryableError("http_"+strconv.Itoa(status), 0, err)
 }
 
-// do sends one request with basic auth (form as the body of a POST) and
-// reads the answer.
-func (c *TwilioClient) do(ctx context.Context, method, target string, form url.Values) (int, http.Header, []byte, error) {
+// do sends one request with basic auth (form, encoded, as the body of a
+// POST; "" for a GET) and reads the answer into a: its status, Retry-After
+// (for a non-2xx) and body.
+func (c *TwilioClient) do(ctx context.Context, a *answer, method, target, form string) (int, string, error) {
 	ctx, cancel := provider.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	if c.direct != nil {
+		return c.doDirect(ctx, a, method, target, form)
+	}
 	var req *http.Request
 	var err error
 	if method == http.MethodPost {
-		req, err = http.NewRequestWithContext(ctx, method, target, strings.NewReader(form.Encode()))
+		req, err = http.NewRequestWithContext(ctx, method, target, strings.NewReader(form))
 		if err == nil {
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Content-Type", formContentType)
 		}
 	} else {
 		req, err = http.NewRequestWithContext(ctx, method, target, nil)
 	}
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, "", err
 	}
 	req.Header.Set("Accept", "application/json")
 	// What req.SetBasicAuth(sid, token) sets, built once by NewTwilio: the
@@ -281,13 +299,31 @@ func (c *TwilioClient) do(ctx context.Context, method, target string, form url.V
 	req.Header["Authorization"] = c.auth
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, "", err
 	}
-	body, err := readBody(resp.Body)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("reading the answer (status %d): %w", resp.StatusCode, err)
+	if a.b, err = readBodyInto(a.b[:0], resp.Body); err != nil {
+		return 0, "", fmt.Errorf("reading the answer (status %d): %w", resp.StatusCode, err)
 	}
-	return resp.StatusCode, resp.Header, body, nil
+	return resp.StatusCode, retryAfter(resp), nil
+}
+
+// doDirect is do through the direct client: the create's head is the one
+// NewTwilio wrote, a GET's is written for its target (TestTwilioWireFormat
+// holds both to what net/http writes).
+func (c *TwilioClient) doDirect(ctx context.Context, a *answer, method, target, form string) (int, string, error) {
+	rq := requests.Get().(*request)
+	defer rq.release()
+	if method == http.MethodPost {
+		rq.b = appendHead(rq.b[:0], c.postBefore, len(form), c.postAfter)
+		rq.b = append(rq.b, form...)
+	} else {
+		u, err := url.Parse(target)
+		if err != nil {
+			return 0, "", err
+		}
+		rq.b = getHead(c.direct, u.RequestURI(), c.auth[0])
+	}
+	return c.direct.exchange(ctx, rq.b, a)
 }
 
 // Lookup finds the message an earlier attempt of msg's reminder left at
@@ -301,19 +337,22 @@ func (c *TwilioClient) do(ctx context.Context, method, target string, form url.V
 // none; and a retryable *provider.Error when Twilio could not be asked.
 func (c *TwilioClient) Lookup(ctx context.Context, msg provider.Message) (string, error) {
 	op := fmt.Sprintf("looking up reminder %d at twilio", msg.ReminderID)
+	rb := answers.Get().(*answer)
+	defer rb.release()
 	for _, e := range msg.Earlier {
 		if e.ProviderID == "" {
 			continue
 		}
-		status, header, body, err := c.do(ctx, http.MethodGet, c.messages+"/"+url.PathEscape(e.ProviderID)+".json", nil)
+		status, wait, err := c.do(ctx, rb, http.MethodGet, c.messages+"/"+url.PathEscape(e.ProviderID)+".json", "")
 		if err != nil {
 			return "", transportError(op, err)
 		}
+		body := rb.b
 		if status == http.StatusNotFound {
 			continue
 		}
 		if status != http.StatusOK {
-			return "", c.lookupError(op, status, header, body)
+			return "", c.lookupError(op, status, wait, body)
 		}
 		var m twilioMessage
 		if err := json.Unmarshal(body, &m); err != nil {
@@ -330,12 +369,13 @@ func (c *TwilioClient) Lookup(ctx context.Context, msg provider.Message) (string
 	}
 	next := c.messages + ".json?" + q.Encode()
 	for range lookupMaxPages {
-		status, header, body, err := c.do(ctx, http.MethodGet, next, nil)
+		status, wait, err := c.do(ctx, rb, http.MethodGet, next, "")
 		if err != nil {
 			return "", transportError(op, err)
 		}
+		body := rb.b
 		if status != http.StatusOK {
-			return "", c.lookupError(op, status, header, body)
+			return "", c.lookupError(op, status, wait, body)
 		}
 		var page struct {
 			Messages    []twilioMessage `json:"messages"`
@@ -384,8 +424,8 @@ func (c *TwilioClient) found(op string, m twilioMessage) (string, error) {
 // lookupError classifies a failed lookup request: retryable, since the
 // message may exist whatever the lookup answered, except for Twilio's
 // permanent refusals (bad credentials), which would fail every send too.
-func (c *TwilioClient) lookupError(op string, status int, header http.Header, body []byte) error {
-	pe := c.refusal(op, status, header, body)
+func (c *TwilioClient) lookupError(op string, status int, retryAfter string, body []byte) error {
+	pe := c.refusal(op, status, retryAfter, body)
 	if pe.Kind == provider.Permanent {
 		// A permanent refusal of the lookup says nothing about the
 		// message: never conclude "failed" from it.

@@ -71,9 +71,19 @@ const wantWire = "POST /gateway/v1/messages HTTP/1.1\r\nHost: HOST\r\nAccept: ap
 // lookup by SID, headers (the basic-auth Authorization among them) and body
 // byte for byte, are the ones the client wrote when it built the
 // Authorization header per request with SetBasicAuth (the golden below was
-// dumped from that version, 29b3d7e, with the same message).
+// dumped from that version, 29b3d7e, with the same message), through either
+// transport.
 func TestTwilioWireFormat(t *testing.T) {
 	t.Parallel()
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			twilioWireFormat(t, tr.http())
+		})
+	}
+}
+
+func twilioWireFormat(t *testing.T, hc *http.Client) {
 	url, got := dumpServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			w.WriteHeader(http.StatusCreated)
@@ -81,8 +91,9 @@ func TestTwilioWireFormat(t *testing.T) {
 		_, _ = w.Write([]byte(`{"sid":"SM123","status":"queued"}`))
 	})
 	c, err := sms.NewTwilio(sms.TwilioConfig{URL: url, AccountSID: testAccount, AuthToken: testToken, From: "+15005550006",
-		StatusCallback: "https://hooks.example.com/twilio?x=1"})
+		StatusCallback: "https://hooks.example.com/twilio?x=1", HTTPClient: hc})
 	require.NoError(t, err)
+	require.Equal(t, hc == nil, sms.TwilioDirect(c))
 	m := wireMessage()
 	id, err := c.Send(t.Context(), m)
 	require.NoError(t, err)
