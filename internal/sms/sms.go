@@ -125,6 +125,18 @@ var (
 // Current names the provider every Send goes to: APIGeneric.
 func (c *Client) Current() string { return APIGeneric }
 
+// orDefaults returns timeout and tmpl, each replaced by its default
+// (DefaultTimeout, DefaultTemplates) when zero: both clients' defaults.
+func orDefaults(timeout time.Duration, tmpl *Templates) (time.Duration, *Templates) {
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if tmpl == nil {
+		tmpl = DefaultTemplates()
+	}
+	return timeout, tmpl
+}
+
 // New validates cfg and returns a Client. Errors name the offending field and
 // wrap ErrInvalidConfig.
 func New(cfg Config) (*Client, error) {
@@ -146,14 +158,7 @@ func New(cfg Config) (*Client, error) {
 	if strings.ContainsAny(cfg.Token, "\r\n") {
 		return nil, fmt.Errorf("%w: Config.Token must not contain line breaks", ErrInvalidConfig)
 	}
-	tmpl := cfg.Templates
-	if tmpl == nil {
-		tmpl = DefaultTemplates()
-	}
-	timeout := cfg.Timeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
+	timeout, tmpl := orDefaults(cfg.Timeout, cfg.Templates)
 	endpoint := u.JoinPath(messagesPath).String()
 	post, err := http.NewRequest(http.MethodPost, endpoint, http.NoBody)
 	if err != nil {

@@ -138,11 +138,7 @@ func NewTwilio(cfg TwilioConfig) (*TwilioClient, error) {
 				ErrInvalidConfig, redact.URL(cfg.StatusCallback))
 		}
 	}
-	plain := Config{URL: "http://x", Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient, Templates: cfg.Templates}
-	base, err := New(plain) // the same defaults for the timeout and templates
-	if err != nil {
-		return nil, err
-	}
+	timeout, tmpl := orDefaults(cfg.Timeout, cfg.Templates)
 	messages := u.JoinPath(twilioAPIVersion, "Accounts", cfg.AccountSID, "Messages").String()
 	create, err := url.Parse(messages + ".json") // as net/http parses the create's URL
 	if err != nil {
@@ -155,9 +151,9 @@ func NewTwilio(cfg TwilioConfig) (*TwilioClient, error) {
 		from:      cfg.From,
 		service:   cfg.MessagingServiceSID,
 		callback:  cfg.StatusCallback,
-		timeout:   base.timeout,
+		timeout:   timeout,
 		transport: newTransport(u, cfg.HTTPClient),
-		templates: base.templates,
+		templates: tmpl,
 		now:       time.Now,
 	}
 	if c.direct != nil {
