@@ -274,6 +274,13 @@ func (h *fastHead) parse(head []byte) bool {
 		case "Connection", "Expect", "Transfer-Encoding", "Trailer", "Te", "Upgrade":
 			return false
 		case "Host":
+			// A host of letters, digits and . - : [ ] _ only: net/http
+			// judges any other (and refuses some).
+			for _, c := range value {
+				if !hostByte(c) {
+					return false
+				}
+			}
 			hosts++
 			h.host = string(value)
 			continue
@@ -310,6 +317,15 @@ func canonicalKey(name []byte) string {
 		}
 	}
 	return http.CanonicalHeaderKey(string(name))
+}
+
+// hostByte reports whether c may appear in a Host the short path serves.
+func hostByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return bytes.IndexByte([]byte(".-:[]_"), c) >= 0
 }
 
 func tokenByte(c byte) bool {

@@ -141,11 +141,12 @@ func TestFastServerWire(t *testing.T) {
 	for _, req := range []string{
 		"GET /stats HTTP/1.1\r\nHost: sms.test\r\n\r\n",
 		sendReq("k20", ok, auth, "Connection: close"),
+		strings.Replace(sendReq("k21", ok, auth), "Host: sms.test", "Host: a b", 1),
 	} {
 		w, g := dialRaw(t, ts.Listener.Addr().String()).exchange(t, req), dialRaw(t, addr).exchange(t, req)
 		require.Equal(t, w, g)
 	}
-	require.EqualValues(t, 3, srv.Accepted())
+	require.EqualValues(t, 4, srv.Accepted())
 }
 
 // While the Config can delay or stall, sends go to net/http, which sees a
