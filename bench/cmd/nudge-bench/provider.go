@@ -6,6 +6,15 @@ package main
 // from the harness's: the harness's "Go" figure is then the dispatcher, the
 // workers and the client side of the HTTP call only. The wire stays real
 // HTTP over loopback.
+//
+// The child serves fakesms.New() through fakesms.FastServer rather than
+// net/http's server: the sends take its short path (same handler, same
+// records, the answer written byte for byte as net/http writes it:
+// TestFakeProviderWire), everything else goes to net/http's server. That
+// roughly halved the fake's CPU per send (BenchmarkFakeProvider), which
+// here competes with Nudge for the machine's two cores while in
+// production it is another company's machine: a change to the harness,
+// not to Nudge (docs/benchmarks.md, "The fake SMS provider's CPU").
 
 import (
 	"bufio"

@@ -50,7 +50,12 @@ func TestFakeProviderWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fp.stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			fp.stop()
+		}
+	}()
 	ref := httptest.NewServer(fakesms.New())
 	defer ref.Close()
 	ok := `{"to":"+14150000001","body":"Your course expires","reference":"42","tenant":"acme"}`
@@ -91,6 +96,7 @@ func TestFakeProviderWire(t *testing.T) {
 			t.Errorf("request %d: got\n%q\nwant\n%q", i, got[i], want[i])
 		}
 	}
+	stopped = true
 	if n := fp.stop(); n != 1 {
 		t.Errorf("the fake provider counted %d connections, want 1", n)
 	}
