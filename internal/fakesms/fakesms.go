@@ -46,6 +46,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nudgehq/nudge/internal/clock"
 )
@@ -695,6 +696,89 @@ type genericRequest struct {
 	From      string `json:"from"`
 }
 
+// decodePlain decodes body as json.Unmarshal would when it is a plain
+// object: members named exactly as the fields, each a string without
+// escapes or control characters in valid UTF-8, between any JSON
+// whitespace. It reports false, leaving r partly set, for anything else
+// (other names or cases, escapes, null, nesting, trailing data), which
+// json.Unmarshal then decodes, or refuses with its own message.
+func (r *genericRequest) decodePlain(body []byte) bool {
+	i := skipWS(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return false
+	}
+	i = skipWS(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		return skipWS(body, i+1) == len(body)
+	}
+	for {
+		name, next, ok := plainString(body, i)
+		if !ok {
+			return false
+		}
+		i = skipWS(body, next)
+		if i >= len(body) || body[i] != ':' {
+			return false
+		}
+		value, next, ok := plainString(body, skipWS(body, i+1))
+		if !ok || !utf8.Valid(value) {
+			return false
+		}
+		switch string(name) {
+		case "to":
+			r.To = string(value)
+		case "body":
+			r.Body = string(value)
+		case "reference":
+			r.Reference = string(value)
+		case "tenant":
+			r.Tenant = string(value)
+		case "from":
+			r.From = string(value)
+		default:
+			return false
+		}
+		i = skipWS(body, next)
+		if i >= len(body) {
+			return false
+		}
+		switch body[i] {
+		case ',':
+			i = skipWS(body, i+1)
+		case '}':
+			return skipWS(body, i+1) == len(body)
+		default:
+			return false
+		}
+	}
+}
+
+// plainString reads the JSON string at b[i] when it has no escape or
+// control character, returning its contents and the index after it.
+func plainString(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// skipWS returns the index of the first byte at or after i that is not JSON
+// whitespace.
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
 func (g generic) parse(r *http.Request, body []byte) (sendRequest, *refusal) {
 	if g.token != "" && r.Header.Get("Authorization") != "Bearer "+g.token {
 		return sendRequest{}, &refusal{status: http.StatusUnauthorized, reason: "missing or wrong bearer token"}
@@ -704,8 +788,11 @@ func (g generic) parse(r *http.Request, body []byte) (sendRequest, *refusal) {
 		return sendRequest{}, &refusal{status: http.StatusBadRequest, reason: "missing Idempotency-Key header"}
 	}
 	var req genericRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return sendRequest{}, &refusal{status: http.StatusBadRequest, reason: "invalid JSON body: " + err.Error()}
+	if !req.decodePlain(body) {
+		req = genericRequest{}
+		if err := json.Unmarshal(body, &req); err != nil {
+			return sendRequest{}, &refusal{status: http.StatusBadRequest, reason: "invalid JSON body: " + err.Error()}
+		}
 	}
 	out := sendRequest{Key: key, To: req.To, Body: req.Body, Reference: req.Reference, Tenant: req.Tenant, From: req.From}
 	if req.To == "" || req.Body == "" {
@@ -714,12 +801,40 @@ func (g generic) parse(r *http.Request, body []byte) (sendRequest, *refusal) {
 	return out, nil
 }
 
+// accepted writes {"id":…,"status":"accepted"} (201), or with
+// "duplicate":true first (200): what json.Marshal writes for the map of
+// those keys (sorted, HTML-escaped), appended by hand since this is the
+// answer to nearly every send (TestAcceptedAnswerAsMarshal).
 func (generic) accepted(w http.ResponseWriter, m *Message, dup bool) {
+	status := http.StatusCreated
+	b := make([]byte, 0, 80)
+	b = append(b, '{')
 	if dup {
-		writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "status": "accepted", "duplicate": true})
-		return
+		status = http.StatusOK
+		b = append(b, `"duplicate":true,`...)
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": m.ID, "status": "accepted"})
+	b = append(b, `"id":`...)
+	b = appendJSONString(b, m.ID)
+	b = append(b, `,"status":"accepted"}`+"\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// appendJSONString appends v as encoding/json writes a string: quoted,
+// with HTML-sensitive and control characters escaped. Ids are plain ASCII,
+// so only those are appended by hand; anything else goes through
+// json.Marshal.
+func appendJSONString(b []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(v)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, v...)
+	return append(b, '"')
 }
 
 func (generic) failed(w http.ResponseWriter, f refusal, retryAfter int) {

@@ -6,23 +6,40 @@ package main
 // from the harness's: the harness's "Go" figure is then the dispatcher, the
 // workers and the client side of the HTTP call only. The wire stays real
 // HTTP over loopback.
+//
+// The child serves fakesms.New() through fakesms.FastServer rather than
+// net/http's server: the sends take its short path (same handler, same
+// records, the answer written byte for byte as net/http writes it:
+// TestFakeProviderWire), everything else goes to net/http's server. That
+// roughly halved the fake's CPU per send (BenchmarkFakeProvider), which
+// here competes with Nudge for the machine's two cores while in
+// production it is another company's machine: a change to the harness,
+// not to Nudge (docs/benchmarks.md, "The fake SMS provider's CPU").
 
 import (
 	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/nudgehq/nudge/internal/fakesms"
 )
+
+// fakeProviderProfile is the fake provider's -fake-provider-cpuprofile: the
+// harness passes it to every fake provider process it starts, each of which
+// overwrites the file with its own profile when it stops (so it holds the
+// last one's). Registered here rather than in main so that the flag travels
+// with the code that uses it.
+var fakeProviderProfile = flag.String("fake-provider-cpuprofile", "", "CPU profile of the fake SMS provider's process, written when it stops (each fake provider started overwrites it: the file holds the last one's; empty: none)")
 
 // fakeProviderPID is the pid of the running fake provider's process (0:
 // none), which readCPU counts apart.
@@ -33,17 +50,22 @@ var fakeProviderPID atomic.Int64
 // when stdin ends (the harness closed it, or exited) writes the number of
 // TCP connections it accepted as a second line and returns.
 func serveFakeProvider(stdin io.Reader, stdout io.Writer) error {
+	if *fakeProviderProfile != "" {
+		f, err := os.Create(*fakeProviderProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	var accepted atomic.Int64
-	srv := &http.Server{Handler: fakesms.New(), ReadHeaderTimeout: 10 * time.Second,
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				accepted.Add(1)
-			}
-		}}
+	srv := fakesms.NewFastServer(fakesms.New())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	if _, err := fmt.Fprintf(stdout, "http://%s\n", ln.Addr()); err != nil {
@@ -54,7 +76,7 @@ func serveFakeProvider(stdin io.Reader, stdout io.Writer) error {
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "%d\n", accepted.Load())
+	_, err = fmt.Fprintf(stdout, "%d\n", srv.Accepted())
 	return err
 }
 
@@ -87,7 +109,11 @@ func startFakeProvider() (*fakeProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fake provider: %w", err)
 	}
-	cmd := exec.Command(self, "-serve-fake-provider")
+	args := []string{"-serve-fake-provider"}
+	if *fakeProviderProfile != "" {
+		args = append(args, "-fake-provider-cpuprofile", *fakeProviderProfile)
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
