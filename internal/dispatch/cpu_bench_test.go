@@ -1,9 +1,11 @@
 package dispatch_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,32 +83,8 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 	for off := 0; off < n; off += 2000 {
 		bu.scheduleFrom(b, off, min(2000, n-off))
 	}
-	// A pool of its own whose backends are known by pid.
-	cfg := bu.db.Pool.Config()
-	var mu sync.Mutex
-	var pids []int
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		mu.Lock()
-		defer mu.Unlock()
-		pids = append(pids, int(c.PgConn().PID()))
-		return nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, pg := trackedPool(b, bu)
 	defer pool.Close()
-	var conns []*pgxpool.Conn
-	for range 4 { // what the pass uses: a claim beside the previous batch's record
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
 	pub := broker.NewPublisher(bu.mq.URL, bu.mq.Topology, "bench-dispatcher")
 	defer pub.Close()
 	d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{
@@ -115,15 +93,6 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 	}, Log: zerolog.Nop(), Config: dispatch.Config{EnvelopeSize: envInt("NUDGE_BENCH_ENVELOPE", 1),
 		BurstEnvelopeSize: envInt("NUDGE_BENCH_BURST", 0), Batch: envInt("NUDGE_BENCH_BATCH", 500)}}
 	beam := testenv.BrokerPID()
-
-	pg := func() (sum int64) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, p := range pids {
-			sum += onCPU(p)
-		}
-		return sum
-	}
 	stopProfile := testenv.CPUProfile(b) // the pass alone, seeding excluded
 	defer stopProfile()
 	pg0, self0, mq0, wall0 := pg(), selfCPU(), testenv.ProcCPU(beam), time.Now()
@@ -139,8 +108,199 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 	}
 	k := float64(n) / 1000
 	b.Logf("%d reminders in %d batches, %d messages (envelope size %d, in a burst %d), %s: CPU-ms per 1,000: dispatcher process %.1f, its PostgreSQL backends %.1f (%d), RabbitMQ node %.1f; %.0f reminders/s",
-		n, sum.Batches, msgs, d.Config.WithDefaults().EnvelopeSize, d.Config.WithDefaults().BurstEnvelopeSize, wall.Round(time.Millisecond), float64(self1-self0)/1e6/k, float64(pg1-pg0)/1e6/k, len(pids),
+		n, sum.Batches, msgs, d.Config.WithDefaults().EnvelopeSize, d.Config.WithDefaults().BurstEnvelopeSize, wall.Round(time.Millisecond), float64(self1-self0)/1e6/k, float64(pg1-pg0)/1e6/k, 4,
 		float64(mq1-mq0)/float64(time.Millisecond)/k, float64(n)/wall.Seconds())
+}
+
+// trackedPool is a pool of its own on bu's database, four connections
+// opened (what a pass uses: a claim beside the previous batch's record),
+// whose PostgreSQL backends are known by pid: pg is the time they have
+// spent on a CPU (ns).
+func trackedPool(b *testing.B, bu bundle) (pool *pgxpool.Pool, pg func() int64) {
+	ctx := context.Background()
+	cfg := bu.db.Pool.Config()
+	var mu sync.Mutex
+	var pids []int
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if ms := os.Getenv("NUDGE_BENCH_AUTOEXPLAIN_MS"); ms != "" { // statements slower than ms, with their plans, in the server log
+			if _, err := c.Exec(ctx, "LOAD 'auto_explain'; SET auto_explain.log_min_duration = "+strconv.Quote(ms)+
+				"; SET auto_explain.log_analyze = on; SET auto_explain.log_buffers = on; SET auto_explain.log_timing = off"); err != nil {
+				return err
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		pids = append(pids, int(c.PgConn().PID()))
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var conns []*pgxpool.Conn
+	for range 4 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return pool, func() (sum int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range pids {
+			sum += onCPU(p)
+		}
+		return sum
+	}
+}
+
+// BenchmarkLoopCadenceCPU measures what Loop's passes cost at a steady
+// stream, by the gap between their starts (issue 18: a pass as soon as rows
+// are due, at least MinGap apart): NUDGE_BENCH_RATE reminders a second
+// (default 4,300, half load) due one after the other over
+// NUDGE_BENCH_SECONDS (default 2), worked by passes NUDGE_BENCH_GAPS apart
+// (default 100ms,20ms,10ms: the fixed tick, and minimum gaps), each pass
+// RunOnce then NextDue as Loop runs them, on a fake clock moved by the gap
+// (no worker: the dispatcher's side alone). The gaps alternate,
+// NUDGE_BENCH_ROUNDS rounds (default 3), each on a stream of its own; it
+// reports CPU-ms per 1,000 reminders and per pass of this process and of
+// the pool's PostgreSQL backends (/proc/PID/schedstat: CPU, not wall, so
+// the machine's other load moves it little). With NUDGE_BENCH_RATE=0 the
+// passes find nothing due: the cost of an idle pass.
+//
+//	go test ./internal/dispatch -run '^$' -bench LoopCadenceCPU -benchtime 1x -v
+func BenchmarkLoopCadenceCPU(b *testing.B) {
+	rate, secs, rounds := envInt("NUDGE_BENCH_RATE", 4300), envInt("NUDGE_BENCH_SECONDS", 2), envInt("NUDGE_BENCH_ROUNDS", 3)
+	if os.Getenv("NUDGE_BENCH_RATE") == "0" {
+		rate = 0
+	}
+	var gaps []time.Duration
+	for _, g := range strings.Split(cmp.Or(os.Getenv("NUDGE_BENCH_GAPS"), "100ms,20ms,10ms"), ",") {
+		d, err := time.ParseDuration(g)
+		if err != nil || d <= 0 {
+			b.Fatalf("NUDGE_BENCH_GAPS: %q", g)
+		}
+		gaps = append(gaps, d)
+	}
+	keys, err := message.ParseKeys("k1:0123456789abcdef0123")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		bu := bundle{db: testenv.Postgres(b), mq: testenv.RabbitMQ(b), keys: keys, now: time.Now()}
+		pool, pg := trackedPool(b, bu)
+		pub := broker.NewPublisher(bu.mq.URL, bu.mq.Topology, "bench-dispatcher")
+		ctx := context.Background()
+		n := rate * secs
+		for r := range rounds {
+			for gi, gap := range gaps {
+				// A stream of its own after the others (all within lazy
+				// intake's horizon: each gets its state row at intake).
+				start := bu.now.Add(time.Minute + time.Duration(r*len(gaps)+gi)*time.Duration(secs+1)*time.Second)
+				if n > 0 {
+					bu.scheduleStream(b, fmt.Sprintf("r%dg%d", r, gi), start, n, time.Second/time.Duration(rate))
+				}
+				if _, err := bu.db.Pool.Exec(ctx, `VACUUM ANALYZE reminder_state`); err != nil {
+					b.Fatal(err)
+				}
+				f := clock.NewFake(start)
+				d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{Store: store.New(pool), Publisher: pub, Keys: bu.keys,
+					Topology: bu.mq.Topology, Clock: f, Actor: "bench-dispatcher"}, Log: zerolog.Nop()}
+				passes, claimed := 0, 0
+				var perPassPG []float64 // ms
+				pg0, self0, wall0 := pg(), selfCPU(), time.Now()
+				for at := start; !at.After(start.Add(time.Duration(secs) * time.Second)); at = at.Add(gap) {
+					f.Set(at)
+					pgBefore := pg()
+					sum, err := d.RunOnce(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := dispatch.NextDue(ctx, pool, sum.Cutoff); err != nil {
+						b.Fatal(err)
+					}
+					passes++
+					claimed += sum.Claimed
+					perPassPG = append(perPassPG, float64(pg()-pgBefore)/1e6)
+				}
+				pg1, self1, wall := pg(), selfCPU(), time.Since(wall0)
+				if claimed != n {
+					b.Fatalf("claimed %d of %d", claimed, n)
+				}
+				perK, perPass := 1000/float64(max(n, 1)), 1/float64(passes)
+				q := len(perPassPG) / 4
+				b.Logf("round %d, a pass every %s: %d passes, %d reminders (%.0f a pass), %s: CPU-ms per 1,000: dispatcher %.1f, its PostgreSQL backends %.1f; per pass: %.3f, %.3f (PostgreSQL's median in the first quarter of the passes %.3f, the last %.3f)",
+					r+1, gap, passes, n, float64(n)*perPass, wall.Round(time.Millisecond),
+					float64(self1-self0)/1e6*perK, float64(pg1-pg0)/1e6*perK, float64(self1-self0)/1e6*perPass, float64(pg1-pg0)/1e6*perPass,
+					median(perPassPG[:q]), median(perPassPG[len(perPassPG)-q:]))
+			}
+		}
+		pub.Close()
+		pool.Close()
+	}
+}
+
+// BenchmarkLoopIdleCPU runs Loop (every NUDGE_BENCH_EVERY, default 100ms,
+// the product's MinGap) on the wall clock for NUDGE_BENCH_SECONDS (default
+// 5) with nothing due but one reminder tomorrow, and reports its passes and
+// CPU-ms per second of this process and of its pool's PostgreSQL backends:
+// an idle loop passes every --every, not every MinGap.
+//
+//	go test ./internal/dispatch -run '^$' -bench LoopIdleCPU -benchtime 1x -v
+func BenchmarkLoopIdleCPU(b *testing.B) {
+	every, err := time.ParseDuration(cmp.Or(os.Getenv("NUDGE_BENCH_EVERY"), "100ms"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	secs := envInt("NUDGE_BENCH_SECONDS", 5)
+	keys, err := message.ParseKeys("k1:0123456789abcdef0123")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		bu := bundle{db: testenv.Postgres(b), mq: testenv.RabbitMQ(b), keys: keys, now: time.Now()}
+		bu.scheduleSMS(b, "tomorrow", 0, 1, func(int) time.Time { return bu.now.Add(24 * time.Hour) }, time.Hour)
+		pool, pg := trackedPool(b, bu)
+		pub := broker.NewPublisher(bu.mq.URL, bu.mq.Topology, "bench-dispatcher")
+		passes := 0
+		d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{Store: store.New(pool), Publisher: pub, Keys: bu.keys,
+			Topology: bu.mq.Topology, Clock: clock.Real{}, Actor: "bench-dispatcher"}, Log: zerolog.Nop(),
+			AfterRun: func(_ context.Context, sum dispatch.Summary, _ error) { passes += sum.Passes }}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second)
+		pg0, self0, wall0 := pg(), selfCPU(), time.Now()
+		if err := d.Loop(ctx, every); err != nil {
+			b.Fatal(err)
+		}
+		pg1, self1, wall := pg(), selfCPU(), time.Since(wall0)
+		cancel()
+		b.Logf("idle loop, --every %s, min gap %s: %d passes in %s (%.1f a second): CPU-ms a second: dispatcher %.2f, its PostgreSQL backends %.2f",
+			every, d.Config.WithDefaults().MinGap, passes, wall.Round(time.Millisecond), float64(passes)/wall.Seconds(),
+			float64(self1-self0)/1e6/wall.Seconds(), float64(pg1-pg0)/1e6/wall.Seconds())
+		pub.Close()
+		pool.Close()
+	}
+}
+
+// median is xs' median (0 for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	xs = slices.Sorted(slices.Values(xs))
+	return xs[len(xs)/2]
+}
+
+// scheduleStream schedules n due SMS reminders keyed prefix-i, one every
+// step from start, in four tenants.
+func (b bundle) scheduleStream(tb testing.TB, prefix string, start time.Time, n int, step time.Duration) {
+	tb.Helper()
+	for off := 0; off < n; off += 2000 {
+		b.scheduleSMS(tb, prefix, off, min(off+2000, n), func(i int) time.Time { return start.Add(time.Duration(i) * step) }, time.Hour)
+	}
 }
 
 func envInt(name string, def int) int {
@@ -172,11 +332,18 @@ func queued(tb testing.TB, url, queue string) int {
 // tenants.
 func (b bundle) scheduleFrom(tb testing.TB, off, count int) {
 	tb.Helper()
-	reqs := make([]intake.Request, 0, count)
-	for i := off; i < off+count; i++ {
-		reqs = append(reqs, intake.Request{Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("cpu-%d", i),
+	b.scheduleSMS(tb, "cpu", off, off+count, func(int) time.Time { return b.now.Add(-time.Minute) }, 61*time.Minute)
+}
+
+// scheduleSMS schedules the SMS reminders from to to-1, keyed prefix-i, in
+// four tenants, each due at due(i) with its deadline life later.
+func (b bundle) scheduleSMS(tb testing.TB, prefix string, from, to int, due func(int) time.Time, life time.Duration) {
+	tb.Helper()
+	reqs := make([]intake.Request, 0, to-from)
+	for i := from; i < to; i++ {
+		reqs = append(reqs, intake.Request{Tenant: fmt.Sprintf("tenant-%d", i%4), Key: fmt.Sprintf("%s-%d", prefix, i),
 			Channel: reminder.SMS, Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
-			DueAt: b.now.Add(-time.Minute), Deadline: b.now.Add(time.Hour)})
+			DueAt: due(i), Deadline: due(i).Add(life)})
 	}
 	out, err := intake.ScheduleMany(context.Background(), b.db.Pool, reqs)
 	if err != nil {

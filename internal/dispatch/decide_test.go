@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"errors"
 	"testing"
 	"time"
 )
@@ -25,23 +24,77 @@ func TestBudgetAllows(t *testing.T) {
 	}
 }
 
-func TestWorthRecording(t *testing.T) {
+func TestWorthReporting(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		sum       Summary
-		err       error
 		sinceLast time.Duration
 		want      bool
 	}{
-		{"idle, recorded a second ago", Summary{}, nil, time.Second, false},
-		{"idle, a minute since the last record", Summary{}, nil, time.Minute, true},
-		{"claimed something", Summary{Claimed: 1}, nil, time.Second, true},
-		{"failed", Summary{}, errors.New("broker down"), time.Second, true},
-		{"out of budget", Summary{OutOfBudget: true}, nil, time.Second, true},
+		{"idle, reported a second ago", Summary{}, time.Second, false},
+		{"idle, a minute since the last report", Summary{}, time.Minute, true},
+		{"claimed something, a second since the last report", Summary{Claimed: 1}, time.Second, true},
+		{"claimed something, 20 ms since the last report: merged with the next", Summary{Claimed: 1}, 20 * time.Millisecond, false},
+		{"nothing reported yet (zero time, long ago)", Summary{Claimed: 1}, time.Since(time.Time{}), true},
 	} {
-		if got := worthRecording(tc.sum, tc.err, tc.sinceLast); got != tc.want {
-			t.Errorf("%s: worthRecording = %v, want %v", tc.name, got, tc.want)
+		if got := worthReporting(tc.sum, tc.sinceLast); got != tc.want {
+			t.Errorf("%s: worthReporting = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSummaryMerge(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	a := Summary{Passes: 1, Cutoff: t0, Batches: 1, Claimed: 40, Enqueued: 39, Expired: 1, Elapsed: 5 * time.Millisecond,
+		Promoted: 3, Final: t0, Through: t0.Add(time.Hour)}
+	b := Summary{Passes: 1, Cutoff: t0.Add(20 * time.Millisecond), Batches: 2, Claimed: 60, Enqueued: 58, Released: 2,
+		Elapsed: 7 * time.Millisecond, Final: t0.Add(time.Second), Through: t0.Add(2 * time.Hour)}
+	want := Summary{Passes: 2, Cutoff: b.Cutoff, Batches: 3, Claimed: 100, Enqueued: 97, Expired: 1, Released: 2,
+		Elapsed: 12 * time.Millisecond, Promoted: 3, Final: b.Final, Through: b.Through}
+	if got := (Summary{}).merge(a).merge(b); got.Cutoff != want.Cutoff || got.Passes != want.Passes ||
+		got.Claimed != want.Claimed || got.Enqueued != want.Enqueued || got.Expired != want.Expired ||
+		got.Released != want.Released || got.Batches != want.Batches || got.Elapsed != want.Elapsed ||
+		got.Promoted != want.Promoted || got.Final != want.Final || got.Through != want.Through {
+		t.Errorf("merge = %+v, want %+v", got, want)
+	}
+}
+
+func TestPaceWait(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	p := pace{Every: 100 * ms, MinGap: 20 * ms}
+	for _, tc := range []struct {
+		name     string
+		p        pace
+		elapsed  time.Duration // the pass's own time: now is start+elapsed
+		more     bool
+		next     time.Time
+		failures int
+		want     time.Duration
+	}{
+		{"nothing pending: every after the start, as a fixed tick", p, 5 * ms, false, time.Time{}, 0, 95 * ms},
+		{"next due beyond every: every bounds the wait", p, 5 * ms, false, at(time.Hour), 0, 95 * ms},
+		{"next due within every: wake at its due time", p, 5 * ms, false, at(60 * ms), 0, 55 * ms},
+		{"next due before the min gap: the min gap holds", p, 5 * ms, false, at(10 * ms), 0, 15 * ms},
+		{"next due already past (a stream): the min gap after the start", p, 5 * ms, false, at(2 * ms), 0, 15 * ms},
+		{"a stream, the pass took longer than the min gap: at once", p, 30 * ms, false, at(25 * ms), 0, 0},
+		{"due rows left behind: at once once the min gap has passed", p, 30 * ms, true, time.Time{}, 0, 0},
+		{"due rows left behind by a short pass: the min gap still holds", p, 5 * ms, true, time.Time{}, 0, 15 * ms},
+		{"the pass took longer than every: at once", p, 150 * ms, false, time.Time{}, 0, 0},
+		{"a min gap above every is every", pace{Every: 100 * ms, MinGap: time.Second}, 5 * ms, false, at(ms), 0, 95 * ms},
+		{"one failure: back-off of twice every, next due ignored", p, 5 * ms, false, at(10 * ms), 1, 200 * ms},
+		{"three failures: every doubled three times", p, 5 * ms, true, time.Time{}, 3, 800 * ms},
+		{"many failures: capped at maxBackoff", p, 5 * ms, false, time.Time{}, 20, maxBackoff},
+		{"a failed pass slower than every: the back-off still", p, 150 * ms, false, time.Time{}, 1, 200 * ms},
+	} {
+		got := tc.p.wait(start, start.Add(tc.elapsed), tc.more, tc.next, tc.failures)
+		if got != tc.want {
+			t.Errorf("%s: wait(elapsed %s, more %v, next %v, failures %d) = %s, want %s",
+				tc.name, tc.elapsed, tc.more, tc.next.Sub(start), tc.failures, got, tc.want)
 		}
 	}
 }

@@ -310,7 +310,17 @@ type Config struct {
 	// dispatcher down for hours catches up pass by pass, claiming between
 	// them). Zero value: 5,000.
 	PromoteBatch int
+	// MinGap is Loop's least time between the starts of two passes: a pass
+	// starts when the next pending row is due, but never sooner than MinGap
+	// after the last one started (Loop's every bounds it from above; a
+	// MinGap above every is every). A steady stream of due rows is worked
+	// a pass every MinGap. Zero value: DefaultMinGap.
+	MinGap time.Duration
 }
+
+// DefaultMinGap is MinGap's zero value (docs/benchmarks.md, "The
+// dispatcher's loop wakes when rows are due").
+const DefaultMinGap = 50 * time.Millisecond
 
 // WithDefaults returns c with each zero (or negative) field set to its
 // default. It is the one place the defaults are written: the dispatcher's
@@ -342,6 +352,9 @@ func (c Config) WithDefaults() Config {
 	if c.PromoteBatch <= 0 {
 		c.PromoteBatch = 5000
 	}
+	if c.MinGap <= 0 {
+		c.MinGap = DefaultMinGap
+	}
 	return c
 }
 
@@ -355,15 +368,19 @@ type Dispatcher struct {
 	AfterRun func(ctx context.Context, sum Summary, err error)
 }
 
-// Summary describes one run.
+// Summary describes one run, or (from Loop, merged) the passes of a loop
+// since the previous summary it reported.
 type Summary struct {
+	// Passes is how many passes the summary covers: 1 for RunOnce's.
+	Passes   int
 	Cutoff   time.Time
 	Batches  int
 	Claimed  int
 	Enqueued int
 	Expired  int
 	Released int
-	Elapsed  time.Duration
+	// Elapsed is the time the passes took (summed over merged ones).
+	Elapsed time.Duration
 	// OutOfBudget is set when the run stopped because its budget was near,
 	// with due work possibly left for the next run.
 	OutOfBudget bool
@@ -405,7 +422,7 @@ func (d *Dispatcher) promote(ctx context.Context, cfg Config, sum *Summary) (sto
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	cfg := d.Config.WithDefaults()
 	start := d.Clock.Now()
-	sum := Summary{Cutoff: start}
+	sum := Summary{Passes: 1, Cutoff: start}
 	if err := d.CanPublish(ctx); err != nil {
 		sum.BrokerDown = true
 		err = errors.Join(err, d.expireOnly(ctx, cfg, &sum))
@@ -548,35 +565,100 @@ type enqueued struct {
 	err error
 }
 
-// Loop starts a pass every interval until ctx is done, logging each
-// summary; a pass that took longer is followed by the next at once. A failed
-// pass (the broker or the database down) is logged and retried after an
-// exponential back-off, every doubled per failure in a row up to
-// maxBackoff, so an outage is not met with a claim attempt every interval.
-// The pauses go through the Clock, so a test moves a fake clock instead of
-// sleeping.
+// Loop runs passes until ctx is done. A pass starts when the next pending
+// row is due (NextDue, read after each pass), at once when the last pass
+// left due rows behind (out of budget), but never sooner than MinGap nor
+// later than every after the last pass started; a row written after that
+// read waits at most every, as it did for a loop on a fixed tick. A failed
+// pass (the broker or the database down) is followed by an exponential
+// back-off, every doubled per failure in a row up to maxBackoff, so an
+// outage is not met with a claim attempt every interval (pace.wait has
+// the whole rule).
+//
+// The passes' summaries are merged and logged and handed to AfterRun as
+// one (worthReporting): a failed or out-of-budget pass at once, on its
+// own; passes that claimed at most every reportBusyEvery; idle ones at
+// most every reportIdleEvery; what is left when ctx ends. So a stream
+// worked a pass every MinGap writes a heartbeat row and a log line a
+// second, not one per pass. The waits go through the Clock, so a test moves a
+// fake clock instead of sleeping.
 func (d *Dispatcher) Loop(ctx context.Context, every time.Duration) error {
+	p := pace{Every: every, MinGap: d.Config.WithDefaults().MinGap}
 	failures := 0
-	for {
-		start := d.Clock.Now()
-		sum, err := d.RunOnce(ctx)
+	var tally Summary
+	var reported time.Time
+	report := func(sum Summary, err error) {
 		d.LogSummary(sum, err)
 		if d.AfterRun != nil {
 			d.AfterRun(ctx, sum, err)
 		}
-		wait := every - d.Clock.Now().Sub(start)
+		reported = d.Clock.Now()
+	}
+	flush := func() {
+		if tally.Passes > 0 {
+			report(tally, nil)
+			tally = Summary{}
+		}
+	}
+	for {
+		start := d.Clock.Now()
+		sum, err := d.RunOnce(ctx)
+		var next time.Time
+		if err == nil && !sum.OutOfBudget && ctx.Err() == nil {
+			var perr error
+			if next, perr = NextDue(ctx, d.Store.Pool(), sum.Cutoff); perr != nil {
+				d.Log.Warn().Err(perr).Msg("reading the next due time") // the next pass at every
+			}
+		}
+		if err != nil || sum.OutOfBudget {
+			flush()
+			report(sum, err)
+		} else {
+			tally = tally.merge(sum)
+			if ctx.Err() != nil || worthReporting(tally, d.Clock.Now().Sub(reported)) {
+				flush()
+			}
+		}
 		if err != nil && ctx.Err() == nil {
 			failures++
-			wait = max(wait, backoff(every, failures))
 		} else {
 			failures = 0
 		}
 		select {
 		case <-ctx.Done():
+			flush()
 			return nil
-		case <-clock.After(d.Clock, wait):
+		case <-clock.After(d.Clock, p.wait(start, d.Clock.Now(), sum.OutOfBudget, next, failures)):
 		}
 	}
+}
+
+// pace is Loop's cadence: a pass at most Every and at least MinGap after
+// the last one started.
+type pace struct {
+	Every, MinGap time.Duration
+}
+
+// wait is how long Loop waits, at now, before the pass after the one that
+// started at start: after failures failed passes in a row, until every
+// after start or the back-off, whichever is longer; otherwise until next
+// (the next pending row's due time; zero: none is pending), or at once when
+// the pass left due rows behind (more), or every after start, whichever
+// comes first, but never before MinGap after start.
+func (p pace) wait(start, now time.Time, more bool, next time.Time, failures int) time.Duration {
+	at := start.Add(p.Every)
+	switch {
+	case failures > 0:
+		return max(at.Sub(now), backoff(p.Every, failures))
+	case more:
+		at = now
+	case !next.IsZero() && next.Before(at):
+		at = next
+	}
+	if floor := start.Add(min(p.MinGap, p.Every)); at.Before(floor) {
+		at = floor
+	}
+	return max(at.Sub(now), 0)
 }
 
 // maxBackoff caps Loop's back-off (unless every itself is longer).
@@ -602,7 +684,7 @@ func (d *Dispatcher) LogSummary(sum Summary, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		ev = d.Log.Error().Err(err)
 	}
-	ev.Time("cutoff", sum.Cutoff).Int("batches", sum.Batches).Int("claimed", sum.Claimed).
+	ev.Int("passes", sum.Passes).Time("cutoff", sum.Cutoff).Int("batches", sum.Batches).Int("claimed", sum.Claimed).
 		Int("enqueued", sum.Enqueued).Int("expired", sum.Expired).Int("released", sum.Released).
 		Int64("promoted", sum.Promoted).
 		Dur("elapsed", sum.Elapsed).Bool("out_of_budget", sum.OutOfBudget).Bool("broker_down", sum.BrokerDown).

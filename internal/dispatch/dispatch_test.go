@@ -3,9 +3,11 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -390,4 +392,141 @@ func TestBurstClaimsGoOutInBurstEnvelopes(t *testing.T) {
 		sizes = append(sizes, len(envs))
 	}
 	require.Equal(t, []int{4, 4, 2, 1}, sizes, "claims of 4, 4 (due rows left: a burst) and 3 (the rest)")
+}
+
+// loopRun is a summary Loop reported.
+type loopRun struct {
+	sum dispatch.Summary
+	err error
+}
+
+// startLoop runs d.Loop(every) until the returned stop is called, and hands
+// over what it reports.
+func startLoop(t *testing.T, d *dispatch.Dispatcher, every time.Duration) (runs chan loopRun, stop func()) {
+	t.Helper()
+	runs = make(chan loopRun, 100)
+	d.AfterRun = func(_ context.Context, sum dispatch.Summary, err error) { runs <- loopRun{sum, err} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Loop(ctx, every) }()
+	return runs, func() {
+		cancel()
+		require.NoError(t, <-done)
+		close(runs)
+	}
+}
+
+// Issue 18: a loop on a fixed tick made every reminder wait for the next
+// tick. Now a pending row's due time wakes the loop: with --every an hour,
+// a reminder due 5 s after an idle pass is claimed once the clock reaches
+// its due time, and one written after that pass's probe waits for the pass
+// at every at the latest, as before.
+func TestLoopWakesWhenARowIsDueNotAtEvery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := clock.NewFake(b.now)
+	b.scheduleAt(t, "soon", b.now.Add(5*time.Second))
+	d := b.dispatcher(b.mq.URL, b.mq.Topology, f, dispatch.Config{})
+	runs, stop := startLoop(t, d, time.Hour)
+
+	first := <-runs // the first pass is always reported
+	require.NoError(t, first.err)
+	require.Zero(t, first.sum.Claimed, "nothing due yet")
+	waitForWaiter(t, f)
+	f.Advance(5*time.Second - time.Millisecond)
+	require.Equal(t, 1, f.Waiters(), "still waiting: the row is due 1 ms later")
+	require.Equal(t, map[reminder.State]int{reminder.Pending: 1}, b.states(t))
+	f.Advance(time.Millisecond)
+	second := <-runs // claimed something, 5 s after the last report
+	require.NoError(t, second.err)
+	require.Equal(t, 1, second.sum.Enqueued, "claimed at its due time, an hour before every")
+	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 1}, b.states(t))
+
+	// Nothing pending now: the loop waits for every; a row written meanwhile
+	// (after the probe) is claimed by the pass at every.
+	waitForWaiter(t, f)
+	b.scheduleAt(t, "later", b.now.Add(6*time.Second))
+	f.Advance(time.Minute)
+	require.Equal(t, 1, f.Waiters(), "written after the probe: not seen before every")
+	f.Advance(time.Hour - time.Minute)
+	waitForWaiter(t, f)
+	stop()
+	last := <-runs // flushed at the end
+	require.Equal(t, 1, last.sum.Enqueued)
+	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 2}, b.states(t))
+}
+
+// Issue 18: the loop never starts a pass sooner than MinGap after the last
+// one started, however soon the next row is due, and the passes of a
+// stream are reported merged: the first pass at once, the next ones
+// together at most once a second (here when the loop stops).
+func TestLoopHoldsTheMinGapAndMergesItsReports(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := clock.NewFake(b.now)
+	b.scheduleAt(t, "s", b.now, b.now.Add(10*time.Millisecond), b.now.Add(60*time.Millisecond))
+	d := b.dispatcher(b.mq.URL, b.mq.Topology, f, dispatch.Config{MinGap: 50 * time.Millisecond})
+	runs, stop := startLoop(t, d, time.Hour)
+
+	first := <-runs
+	require.NoError(t, first.err)
+	require.Equal(t, dispatch.Summary{Passes: 1, Claimed: 1, Enqueued: 1, Batches: 1},
+		dispatch.Summary{Passes: first.sum.Passes, Claimed: first.sum.Claimed, Enqueued: first.sum.Enqueued, Batches: first.sum.Batches})
+	waitForWaiter(t, f)
+	f.Advance(10 * time.Millisecond) // the second row is due, the min gap not over
+	require.Equal(t, 1, f.Waiters(), "the min gap holds")
+	f.Advance(39 * time.Millisecond)
+	require.Equal(t, 1, f.Waiters(), "the min gap holds")
+	require.Equal(t, map[reminder.State]int{reminder.Enqueued: 1, reminder.Pending: 2}, b.states(t))
+	f.Advance(time.Millisecond) // 50 ms: the second pass
+	require.Eventually(t, func() bool { return b.states(t)[reminder.Enqueued] == 2 }, 10*time.Second, time.Millisecond)
+	waitForWaiter(t, f)
+	f.Advance(49 * time.Millisecond) // the third row was due at 60 ms; the min gap ends at 100
+	require.Equal(t, 1, f.Waiters(), "the min gap holds")
+	f.Advance(time.Millisecond)
+	require.Eventually(t, func() bool { return b.states(t)[reminder.Enqueued] == 3 }, 10*time.Second, time.Millisecond)
+	waitForWaiter(t, f)
+	require.Empty(t, runs, "passes 50 ms apart are not reported one by one")
+	stop()
+	merged := <-runs
+	require.NoError(t, merged.err)
+	require.Equal(t, 2, merged.sum.Passes)
+	require.Equal(t, 2, merged.sum.Enqueued)
+	require.Equal(t, b.now.Add(100*time.Millisecond), merged.sum.Cutoff, "the later pass's cutoff")
+	_, ok := <-runs
+	require.False(t, ok, "nothing else reported")
+}
+
+// Issue 18: NextDue runs after every pass of a loop, so it must read the
+// first entry of reminder_state_pending_due past the cutoff, whatever the
+// statistics say: here reminder_state was analyzed while empty (an install
+// gone quiet), which estimates every partial index of pending rows at none.
+func TestNextDueReadsThePendingDueIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `ANALYZE reminder_state`)
+	require.NoError(t, err)
+	dues := make([]time.Time, 2000)
+	for i := range dues {
+		dues[i] = b.now.Add(time.Duration(i-1000) * time.Second)
+	}
+	b.scheduleAt(t, "n", dues...)
+
+	next, err := dispatch.NextDue(ctx, b.db.Pool, b.now)
+	require.NoError(t, err)
+	require.Equal(t, b.now.Add(time.Second).Truncate(time.Microsecond).UTC(), next.UTC(), "the first due after the cutoff")
+	rows, err := b.db.Pool.Query(ctx, `EXPLAIN (FORMAT TEXT, COSTS OFF)
+		SELECT (SELECT due_at FROM reminder_state WHERE state = 'pending' AND due_at > $1 ORDER BY due_at, id LIMIT 1)`,
+		b.now)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	require.Contains(t, plan, "using reminder_state_pending_due", plan)
+	require.NotContains(t, plan, "Sort", plan)
+
+	none, err := dispatch.NextDue(ctx, b.db.Pool, b.now.Add(time.Hour))
+	require.NoError(t, err)
+	require.True(t, none.IsZero(), "nothing pending after it: %v", none)
 }

@@ -2,8 +2,10 @@
 -- run report. Time comes from the caller.
 
 -- name: RecordRun
--- One row per dispatcher run, failed ones included: the heartbeat behind "is
--- the dispatcher advancing its cutoff" (nudgectl stats and the reconciler's
+-- One row per dispatcher run, failed ones included (an --every loop's row
+-- covers its passes since the previous row: at most one a second while they
+-- claim, one a minute while idle): the heartbeat behind "is the dispatcher
+-- advancing its cutoff" (nudgectl stats and the reconciler's
 -- nudge_dispatch_cutoff_lag_seconds read it).
 -- hops holds the run's hop latencies (metrics.HopCounts, schema version 15),
 -- which the reconciler exports.
@@ -42,3 +44,12 @@ WITH late AS (
       FROM upd
 )
 SELECT channel, count(*) FROM upd GROUP BY channel;
+
+-- name: NextDue
+-- When the --every loop's next pass has work: the earliest pending row due
+-- after @after (the last pass's cutoff), the first entry of
+-- reminder_state_pending_due past it. NULL: none is pending.
+SELECT (SELECT due_at FROM reminder_state
+         WHERE state = 'pending' AND due_at > @after
+         ORDER BY due_at, id
+         LIMIT 1);

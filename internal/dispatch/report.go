@@ -81,37 +81,77 @@ func ExpireDue(ctx context.Context, q pg.Querier, now, cutoff time.Time, limit i
 	return out, nil
 }
 
-// reportIdleEvery is how often an idle run is recorded in an --every loop.
-const reportIdleEvery = time.Minute
+// NextDue is the due time of the earliest pending reminder due after after
+// (zero when none is), read from reminder_state_pending_due: when Loop's
+// next pass has work. Rows due at or before after are the last pass's:
+// claimed, or held by another claimer, which would otherwise wake the loop
+// at every MinGap for nothing.
+func NextDue(ctx context.Context, q pg.Querier, after time.Time) (time.Time, error) {
+	var next *time.Time
+	if err := q.QueryRow(ctx, queries.Get("NextDue"), pgx.NamedArgs{"after": after}).Scan(&next); err != nil {
+		return time.Time{}, fmt.Errorf("reading the next due time: %w", err)
+	}
+	if next == nil {
+		return time.Time{}, nil
+	}
+	return *next, nil
+}
 
-// worthRecording reports whether a run is recorded, sinceLast after the
-// previous recorded one: every run that claimed, failed or ran out of budget,
-// and an idle one at most every reportIdleEvery.
-func worthRecording(sum Summary, runErr error, sinceLast time.Duration) bool {
-	idle := sum.Claimed == 0 && runErr == nil && !sum.OutOfBudget
-	return !idle || sinceLast >= reportIdleEvery
+// reportIdleEvery is how often Loop reports idle passes, reportBusyEvery
+// how often it reports the merged passes that claimed.
+const (
+	reportIdleEvery = time.Minute
+	reportBusyEvery = time.Second
+)
+
+// worthReporting reports whether Loop reports the passes merged in sum
+// (none failed or ran out of budget: those are reported at once, on their
+// own), sinceLast after the previous report: those that claimed once a
+// second, idle ones once a minute (a CronJob's cadence), so a loop that
+// passes every MinGap does not write a heartbeat row per pass, nor a
+// one-second loop 86,400 a day.
+func worthReporting(sum Summary, sinceLast time.Duration) bool {
+	if sum.Claimed == 0 {
+		return sinceLast >= reportIdleEvery
+	}
+	return sinceLast >= reportBusyEvery
+}
+
+// merge is s followed by next, as one summary: counts and time spent
+// summed, the cutoff, watermarks and flags of the later pass (the flags of
+// either).
+func (s Summary) merge(next Summary) Summary {
+	if s.Passes == 0 {
+		return next
+	}
+	next.Passes += s.Passes
+	next.Batches += s.Batches
+	next.Claimed += s.Claimed
+	next.Enqueued += s.Enqueued
+	next.Expired += s.Expired
+	next.Released += s.Released
+	next.Elapsed += s.Elapsed
+	next.Promoted += s.Promoted
+	next.OutOfBudget = next.OutOfBudget || s.OutOfBudget
+	next.BrokerDown = next.BrokerDown || s.BrokerDown
+	return next
 }
 
 // Report returns an AfterRun hook that records runs (RecordRun) and, with a
 // Pushgateway address, pushes each summary and its hop latencies there: a
 // CronJob's process is gone before any scrape could reach it. In an --every
-// loop, idle runs are recorded at most once a minute (a CronJob's cadence),
-// so a one-second loop does not write 86,400 heartbeat rows a day.
+// loop, each summary covers the passes since the previous one (Loop merges
+// them: at most one a second while passes claim, one a minute while idle).
 //
 // Each recorded run carries the hop latencies reg's histograms observed since
 // the previous recorded run, which the reconciler exports
 // (metrics.DispatchRunCollector): no Pushgateway is needed.
 func Report(db pg.Querier, actor string, clk clock.Clock, pushgateway string, reg prometheus.Gatherer, log zerolog.Logger) func(context.Context, Summary, error) {
-	var lastRecorded time.Time
 	var hopsBefore metrics.HopCounts
 	return func(ctx context.Context, sum Summary, runErr error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		finished := clk.Now()
-		if !worthRecording(sum, runErr, finished.Sub(lastRecorded)) {
-			return
-		}
-		lastRecorded = finished
 		if hops, err := metrics.GatherHops(reg); err != nil {
 			log.Warn().Err(err).Msg("reading the run's hop latencies")
 		} else {

@@ -14,7 +14,9 @@ import (
 type Dispatcher struct {
 	Common config.Common
 	Config dispatch.Config
-	// Every, when positive, runs a pass every Every instead of once.
+	// Every, when positive, runs passes in a loop instead of once: each as
+	// soon as the next pending reminder is due, at most Every and at least
+	// Config.MinGap after the last one started (dispatch.Dispatcher.Loop).
 	Every time.Duration
 	// Pushgateway is where each run's summary is pushed (empty: nowhere).
 	Pushgateway string
@@ -39,12 +41,16 @@ func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
 		"H of the due-ordered store: each run first inserts the state rows of lazy reminders due up to H ahead (bounded by the database's clock and lazy intake's horizon: docs/deploy.md, schema 38)")
 	fs.IntVar(&o.Config.PromoteBatch, "promote-batch", def.PromoteBatch,
 		"lazy reminders one promoter pass reads at most (a run catching up runs one pass before each claim)")
-	fs.DurationVar(&o.Every, "every", 0, "run a pass every DURATION instead of once (compose, development)")
+	fs.DurationVar(&o.Every, "every", 0,
+		"run in a loop instead of once: a pass as soon as the next pending reminder is due, at most DURATION after the last one started (compose, a long-running dispatcher)")
+	fs.DurationVar(&o.Config.MinGap, "min-gap", def.MinGap,
+		"with --every, the least time between the starts of two passes: a steady stream of due reminders is claimed a pass every --min-gap")
 	fs.StringVar(&o.Pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
 }
 
-// Run runs one dispatch pass (or, with Every, a pass every Every until ctx
-// ends), records each run in dispatch_runs and pushes its summary.
+// Run runs one dispatch pass (or, with Every, passes in a loop until ctx
+// ends), records each run in dispatch_runs and pushes its summary (a loop's
+// passes merged: at most one row a second).
 func (o *Dispatcher) Run(ctx context.Context, env Env) error {
 	p, err := startPublishing(ctx, &o.Common, "dispatcher", dispatcherTimeouts, env)
 	if err != nil {

@@ -113,9 +113,10 @@ func (c HopCounts) Since(prev HopCounts) HopCounts {
 //	nudge_dispatch_last_run_timestamp_seconds       when the newest run finished (any outcome)
 //	nudge_dispatch_runs_total{result}               recorded runs (ok, error) since the start
 //
-// The timestamps are absent until a run is recorded. An idle run in a
-// --every loop is recorded once a minute (dispatch.Report), a CronJob's
-// every run.
+// The timestamps are absent until a run is recorded. A --every loop
+// records its passes merged (dispatch.Dispatcher.Loop): at most one row a
+// second while they claim, one a minute while idle, a failed pass at once;
+// a CronJob records its every run.
 type DispatchRunCollector struct {
 	DB pg.Querier
 	// Channels have their hop series exported at zero before any run.

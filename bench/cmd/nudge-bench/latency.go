@@ -59,8 +59,10 @@ type latencyResult struct {
 	// recorded at all (see the Hops query).
 	Overtaken, NoEnqueue int
 	// FailedPasses are the errors of the dispatcher's passes that failed
-	// (its loop runs the next one at its next tick).
+	// (its loop runs the next one after its back-off); Passes is how many
+	// passes its loop ran, from the move until every reminder was terminal.
 	FailedPasses []string
+	Passes       int
 	// FirstDue and LastTerminal bound the run (reminders' due_at and
 	// finished_at); CPU and WAL are what it spent from the moment the
 	// stream was moved into place until every reminder was terminal.
@@ -111,7 +113,8 @@ func (m machineMark) since() machineLoad {
 
 // latencyRun seeds rate×dur SMS reminders that become due one after the
 // other at a steady rate, runs k in-process workers and an in-process
-// dispatcher in its loop (a pass every `every`), and once all are terminal
+// dispatcher in its loop (a pass when rows are due, at most `every` apart),
+// and once all are terminal
 // reads each hop's latency from the event trail and from the hop histograms
 // the dispatcher and workers recorded.
 func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k int, every time.Duration) (latencyResult, error) {
@@ -123,7 +126,7 @@ func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k 
 }
 
 // burstRun is the burst row: n reminders all due in the same second, with
-// k workers and the dispatcher in its loop (a pass every `every`): the time
+// k workers and the dispatcher in its loop (passes at most `every` apart): the time
 // from that second to the last terminal state is FirstDue → LastTerminal.
 func burstRun(ctx context.Context, e *env, n, k int, every time.Duration) (latencyResult, error) {
 	return streamRun(ctx, e, latencyResult{N: n}, 0, 10*time.Minute, k, every)
@@ -189,7 +192,8 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	mach := markMachine()
 	d, pub := s.dispatcher(e, keys, m)
 	defer pub.Close()
-	d.AfterRun = func(ctx context.Context, _ dispatch.Summary, err error) {
+	d.AfterRun = func(ctx context.Context, sum dispatch.Summary, err error) {
+		res.Passes += sum.Passes // read once the loop has returned
 		if err != nil && ctx.Err() == nil {
 			res.FailedPasses = append(res.FailedPasses, err.Error()) // read once the loop has returned
 		}

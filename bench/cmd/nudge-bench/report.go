@@ -14,6 +14,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/nudgehq/nudge/internal/dispatch"
 	"github.com/nudgehq/nudge/internal/metrics"
 )
 
@@ -447,8 +448,19 @@ func reportLatency(p func(string, ...any), o options, r results) {
 	} else {
 		p("%.0f%% of the median %d-worker end-to-end throughput measured so far in this run", 100*o.latencyLoad, o.headline)
 	}
-	p(") for %s (%.0f reminders a run), delivered by %d in-process workers (default configuration) and an in-process dispatcher in its loop (`Dispatcher.Loop`, a pass every %s, batch 500), to the instant fake SMS provider. Delivered rate, first due → last terminal: %s reminders/s. Every reminder delivered in every run: %s.\n\n",
-		o.latencyFor, n.Median, o.headline, o.latencyEvery, fmtR(achieved, 0), yes(allStreamDelivered(r)))
+	p(") for %s (%.0f reminders a run), delivered by %d in-process workers (default configuration) and an in-process dispatcher in its loop (`Dispatcher.Loop`, batch 500), to the instant fake SMS provider. The loop starts a pass as soon as the next pending reminder is due (the earliest `due_at` after the last pass's cutoff, one probe of `reminder_state_pending_due` after each pass), at once when a pass left due rows behind, but never sooner than the minimum gap (`--min-gap`, the product's default: %s) nor later than %s (`--every`, `-latency-every`) after the last pass started: a steady stream is claimed a pass every minimum gap. Delivered rate, first due → last terminal: %s reminders/s. Every reminder delivered in every run: %s.\n\n",
+		o.latencyFor, n.Median, o.headline, dispatch.DefaultMinGap, o.latencyEvery, fmtR(achieved, 0), yes(allStreamDelivered(r)))
+	passes := pick(r.latency, func(x latencyResult) float64 {
+		return float64(x.Passes) / x.LastTerminal.Sub(x.FirstDue).Seconds()
+	})
+	per1k := func(f func(cpuTicks) float64) stats {
+		return pick(r.latency, func(x latencyResult) float64 { return 1000 * f(x.CPU) / float64(max(x.Delivered, 1)) })
+	}
+	pg, mq, h := per1k(func(c cpuTicks) float64 { return c.Postgres }), per1k(func(c cpuTicks) float64 { return c.RabbitMQ }),
+		per1k(func(c cpuTicks) float64 { return c.Harness })
+	all := per1k(func(c cpuTicks) float64 { return c.Postgres + c.RabbitMQ + c.Harness + c.Provider })
+	p("**What the passes cost** (median over runs, range): the dispatcher ran %s passes a second (first due → last terminal); CPU-s per 1,000 delivered reminders, from `/proc` between the move of the stream and the last terminal state: PostgreSQL %.3f (%.3f–%.3f), RabbitMQ %.3f (%.3f–%.3f), the harness (dispatcher and workers) %.3f (%.3f–%.3f), all with the fake provider %.3f (%.3f–%.3f).\n\n",
+		fmtR(passes, 0), pg.Median, pg.Min, pg.Max, mq.Median, mq.Min, mq.Max, h.Median, h.Min, h.Max, all.Median, all.Min, all.Max)
 	p("From the event trail (`reminder_timeline`: the events stored in `reminder_events` and those folded into the reminder row), per reminder: **due→claim** = the claim event (`pending → enqueued`) − `due_at` (mostly the dispatcher's interval: a row waits for the next pass); **claim→enqueue** = the batch's publish confirmation (`publish_confirms.confirmed_at`: the dispatcher's clock once the broker confirmed the whole batch, before it records it) − the claim (sign, publish with confirms, the batch's confirms); **enqueue→start** = `sending` − the confirmation (broker delivery, the worker's batch wait of 10 ms, reading the row, claiming the attempt); **start→terminal** = terminal event − `sending` (render, the HTTP send, until the outcome is about to be written: the worker's clock before its write commits). **Enqueue→terminal** (the target) and **end to end** (terminal − `due_at`) span several hops. A change to how a pass claims and publishes moves the claim and confirmation times themselves (a pass claiming in several statements claims and confirms its later rows later, so their enqueue→terminal shrinks whether or not they end sooner): judge such a change on end to end, whose start, the due time, it cannot move. Each cell is the median over runs of that run's percentile, with the range over runs.\n\n")
 	overtaken := pick(r.latency, func(x latencyResult) float64 { return 100 * ratio(float64(x.Overtaken), float64(x.N)) })
 	noEnq := pick(r.latency, func(x latencyResult) float64 { return 100 * ratio(float64(x.NoEnqueue), float64(x.N)) })
@@ -777,7 +789,7 @@ func riverCosts(rs []riverResult) []runCost {
 }
 
 func reportBurst(p func(string, ...any), o options, r results) {
-	p("%s SMS reminders seeded through the intake an hour ahead (within lazy intake's 2-hour horizon, so each gets its state row at intake, which the move moves), then moved to be due in the **same second** (a class reminded at 9:00), with %d in-process workers and the dispatcher in its loop (a pass every %s), as in section 3. Due → last terminal is from that second to the last reminder's `finished_at`; CPU and WAL are counted from the move until every reminder is terminal, as in section 1.\n\n",
+	p("%s SMS reminders seeded through the intake an hour ahead (within lazy intake's 2-hour horizon, so each gets its state row at intake, which the move moves), then moved to be due in the **same second** (a class reminded at 9:00), with %d in-process workers and the dispatcher in its loop (passes at most %s apart), as in section 3. Due → last terminal is from that second to the last reminder's `finished_at`; CPU and WAL are counted from the move until every reminder is terminal, as in section 1.\n\n",
 		thousands(o.nOther), o.headline, o.latencyEvery)
 	p("| N | due → last terminal, s median | min | max | delivered per second | CPU s per 1,000: PostgreSQL | RabbitMQ | harness | WAL records per item | their bytes per item |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	span := pick(r.burst, func(x latencyResult) float64 { return x.LastTerminal.Sub(x.FirstDue).Seconds() })
