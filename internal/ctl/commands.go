@@ -551,7 +551,7 @@ func localAndUTC(t time.Time, loc *time.Location) string {
 }
 
 func statsCmd(connect connector) *cobra.Command {
-	var asJSON bool
+	var asJSON, exact bool
 	var amqpURL, prefix string
 	var obj ops.Objectives
 	cmd := &cobra.Command{
@@ -566,6 +566,13 @@ answered, judged by the --max-* objectives.
 
 --json prints the same with ages in seconds (null: nothing waiting) instead of timestamps.
 
+The counts are exact on a small table. Once reminders holds more than 16 MiB (about 100,000
+reminders), counting every row would take seconds (every reminder scheduled for later, the whole
+retained history): then the work is still counted exactly (pending and due, leased, enqueued,
+sending, retrying, quarantined) and the reminders scheduled for later and the terminal history
+are estimated from a sample of pages, at the same cost whatever the table holds. Estimated
+columns are marked ~ (and listed in the JSON's estimated_states); --exact counts every row.
+
 Exit status: 0 when every answer is within objective, 6 when one is bad (no dispatcher run
 recorded, cutoff lag, oldest due or oldest enqueued over objective, nothing finishing while work
 waits), 4 when the database cannot be reached, 5 when it has no Nudge schema (run nudgectl migrate).`,
@@ -576,7 +583,7 @@ waits), 4 when the database cannot be reached, 5 when it has no Nudge schema (ru
 				return err
 			}
 			defer done()
-			st, err := ops.ReadStats(ctx, pool, time.Now())
+			st, err := ops.ReadStatsWith(ctx, pool, time.Now(), ops.StatsOptions{Exact: exact})
 			if err != nil {
 				return err
 			}
@@ -608,6 +615,7 @@ waits), 4 when the database cannot be reached, 5 when it has no Nudge schema (ru
 	}
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print JSON, with ages in seconds")
+	f.BoolVar(&exact, "exact", false, "count every reminder exactly, however many there are (seconds at 1M: reads every row)")
 	f.StringVar(&amqpURL, "amqp-url", "", "RabbitMQ URL, to report the dead-letter queue depths (empty: not asked)")
 	f.StringVar(&prefix, "queue-prefix", broker.DefaultPrefix, "prefix of every exchange and queue name")
 	def := ops.Objectives{}.WithDefaults()
@@ -620,6 +628,23 @@ waits), 4 when the database cannot be reached, 5 when it has no Nudge schema (ru
 
 // PrintOutcomeTable prints counts as a channel × state table with totals.
 func PrintOutcomeTable(w io.Writer, counts map[string]map[string]int64) error {
+	return printCountTable(w, counts, nil)
+}
+
+// printCountTable is PrintOutcomeTable with the columns of the states
+// estimated says are estimates marked ~ (as is every total that adds one).
+func printCountTable(w io.Writer, counts map[string]map[string]int64, estimated func(string) bool) error {
+	est := func(s reminder.State) bool { return estimated != nil && estimated(string(s)) }
+	num := func(n int64, approx bool) string {
+		if approx {
+			return fmt.Sprintf("~%d", n)
+		}
+		return fmt.Sprint(n)
+	}
+	anyEst := false
+	for _, s := range reminder.States {
+		anyEst = anyEst || est(s)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "CHANNEL\t")
 	for _, s := range reminder.States {
@@ -635,15 +660,15 @@ func PrintOutcomeTable(w io.Writer, counts map[string]map[string]int64) error {
 			n := counts[string(c)][string(s)]
 			totals[s] += n
 			sum += n
-			fmt.Fprintf(tw, "%d\t", n)
+			fmt.Fprintf(tw, "%s\t", num(n, est(s)))
 		}
 		all += sum
-		fmt.Fprintf(tw, "%d\t\n", sum)
+		fmt.Fprintf(tw, "%s\t\n", num(sum, anyEst))
 	}
 	fmt.Fprint(tw, "all\t")
 	for _, s := range reminder.States {
-		fmt.Fprintf(tw, "%d\t", totals[s])
+		fmt.Fprintf(tw, "%s\t", num(totals[s], est(s)))
 	}
-	fmt.Fprintf(tw, "%d\t\n", all)
+	fmt.Fprintf(tw, "%s\t\n", num(all, anyEst))
 	return tw.Flush()
 }

@@ -17,10 +17,18 @@ import (
 // of the recent window, the health numbers in the runbook's order, the
 // counts by tenant, and the verdict (st.Verdict) last, where it is seen.
 func PrintStats(w io.Writer, st *ops.Stats, verdict []ops.Answer) error {
-	if err := PrintOutcomeTable(w, st.ByChannel); err != nil {
+	var estimated func(string) bool
+	if len(st.Estimated) > 0 {
+		estimated = st.IsEstimated
+	}
+	if err := printCountTable(w, st.ByChannel, estimated); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
+	if estimated != nil {
+		fmt.Fprintf(w, "~ estimated: %s scheduled for later and the terminal history, from a sample of pages "+
+			"(the work in flight and the pending due are exact); --exact counts every row\n\n", strings.Join(st.Estimated, ", "))
+	}
 	fmt.Fprintf(w, "last %s (terminal outcomes by channel):\n", ops.RecentWindow)
 	if err := printRecent(w, st.Recent); err != nil {
 		return err
@@ -77,7 +85,7 @@ func PrintStats(w io.Writer, st *ops.Stats, verdict []ops.Answer) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	if err := printTenantTable(w, st.ByTenant); err != nil {
+	if err := printTenantTable(w, st.ByTenant, estimated); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
@@ -138,7 +146,18 @@ func windows(m map[string]ops.Window) string {
 	return strings.Join(parts, "; ")
 }
 
-func printTenantTable(w io.Writer, counts map[string]map[string]int64) error {
+func printTenantTable(w io.Writer, counts map[string]map[string]int64, estimated func(string) bool) error {
+	est := func(s reminder.State) bool { return estimated != nil && estimated(string(s)) }
+	anyEst := false
+	for _, s := range reminder.States {
+		anyEst = anyEst || est(s)
+	}
+	mark := func(approx bool) string {
+		if approx {
+			return "~"
+		}
+		return ""
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "TENANT\t")
 	for _, s := range reminder.States {
@@ -156,9 +175,9 @@ func printTenantTable(w io.Writer, counts map[string]map[string]int64) error {
 		for _, s := range reminder.States {
 			n := counts[t][string(s)]
 			sum += n
-			fmt.Fprintf(tw, "%d\t", n)
+			fmt.Fprintf(tw, "%s%d\t", mark(est(s)), n)
 		}
-		fmt.Fprintf(tw, "%d\t\n", sum)
+		fmt.Fprintf(tw, "%s%d\t\n", mark(anyEst), sum)
 	}
 	return tw.Flush()
 }

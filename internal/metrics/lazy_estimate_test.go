@@ -2,7 +2,6 @@ package metrics_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/nudgehq/nudge/internal/clock"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/metrics/metricstest"
+	"github.com/nudgehq/nudge/internal/ops/opstest"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
@@ -158,14 +158,5 @@ func BenchmarkScrapeWithLazyReminders(b *testing.B) {
 // included.
 func sharedBuffers(tb testing.TB, db *testenv.DB, sql string, args ...any) int {
 	tb.Helper()
-	var raw []byte
-	require.NoError(tb, db.Pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&raw))
-	var plan []struct {
-		Plan struct {
-			Hit  int `json:"Shared Hit Blocks"`
-			Read int `json:"Shared Read Blocks"`
-		} `json:"Plan"`
-	}
-	require.NoError(tb, json.Unmarshal(raw, &plan))
-	return plan[0].Plan.Hit + plan[0].Plan.Read
+	return opstest.SharedBuffers(tb, db.Pool, sql, args...)
 }

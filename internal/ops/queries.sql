@@ -150,12 +150,87 @@ SELECT s.id, s.state, s.state, s.fence, @actor, 'dlq_dropped', @reason || ' (' |
 
 -- name: StatsCounts
 -- Counts by channel × state and by tenant × state, in one scan of the state
--- rows, the reminders without one counted as pending.
+-- rows, the reminders without one counted as pending. Its cost grows with the
+-- table (every state row, retention's history included, and every lazy
+-- reminder not yet promoted): nudgectl stats --exact, or tables below
+-- ops.ExactCountsUpToPages (StatsPages).
 SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), state, sum(n)::bigint
   FROM (SELECT channel, tenant, state, count(*) AS n FROM reminder_state GROUP BY 1, 2, 3
         UNION ALL
         SELECT u.channel, u.tenant, 'pending', u.n FROM nudge_unpromoted_due('infinity') u) c
  GROUP BY GROUPING SETS ((channel, state), (tenant, state));
+
+-- name: StatsCountsBounded
+-- StatsCounts at a cost bounded by the work and a sample, not by the table
+-- (issue 18). Exact: what is work, each over the partial index that holds
+-- it, as the scrape reads it (internal/metrics DBGauges): the pending
+-- reminders due by @now (the dispatcher's backlog: state rows, and the lazy
+-- ones due without a state row, read from the promoter's provisional end,
+-- bounded by its lag, as StatsAges reads them) and every in-flight state (a
+-- sending row always holds a send lease: the leases index).
+-- Estimated from a sample of pages (TABLESAMPLE SYSTEM: each page read with
+-- probability @state_pct or @lazy_pct percent, so about as many pages
+-- whatever the table's size): the pending state rows due later and the
+-- terminal history (from reminder_state), and the lazy reminders due later
+-- without a state row (from reminders: a primary-key probe of reminder_state
+-- for each sampled lazy one due at or after the promoter's final watermark).
+-- A sampled count is scaled by the relation's pages (@state_pages,
+-- @lazy_pages) over the distinct pages the sample saw (a ratio: the number
+-- of pages SYSTEM selects varies, the rows a page holds much less), or not
+-- at all when the whole relation was read (pct 100). Pages without a live
+-- row are never seen, so the estimate is high by their share. The sample is
+-- REPEATABLE with a fixed seed: the same pages every call while the
+-- relation keeps its size, so a console refreshing every 15 seconds finds
+-- them in the cache and its figures do not jump between refreshes.
+WITH unpromoted AS MATERIALIZED (
+    SELECT u.channel, u.tenant, u.n FROM nudge_unpromoted_due(@now) u
+), state_sample AS MATERIALIZED (
+    SELECT channel, tenant, state, due_at, (ctid::text::point)[0] AS page
+      FROM reminder_state TABLESAMPLE SYSTEM (@state_pct::float8) REPEATABLE (18)
+), lazy_sample AS MATERIALIZED (
+    SELECT r.channel, r.tenant, (r.ctid::text::point)[0] AS page,
+           CASE WHEN r.lazy AND r.due_at > @now AND r.due_at >= (SELECT p.final_until FROM nudge_promoter p)
+                THEN (SELECT true FROM reminder_state s WHERE s.id = r.id) IS NULL
+                ELSE false END AS unpromoted
+      FROM reminders r TABLESAMPLE SYSTEM (@lazy_pct::float8) REPEATABLE (18)
+), scale AS (
+    SELECT CASE WHEN @state_pct::float8 >= 100 THEN 1
+                ELSE @state_pages::float8 / greatest((SELECT count(DISTINCT page) FROM state_sample), 1) END AS state,
+           CASE WHEN @lazy_pct::float8 >= 100 THEN 1
+                ELSE @lazy_pages::float8 / greatest((SELECT count(DISTINCT page) FROM lazy_sample), 1) END AS lazy
+), c AS (
+    SELECT channel, tenant, 'pending' AS state, count(*)::float8 AS n
+      FROM reminder_state WHERE state = 'pending' AND due_at <= @now GROUP BY 1, 2
+    UNION ALL
+    SELECT channel, tenant, 'pending', n FROM unpromoted
+    UNION ALL
+    SELECT channel, tenant, state, count(*)
+      FROM reminder_state WHERE state IN ('leased', 'retrying', 'quarantined') GROUP BY 1, 2, 3
+    UNION ALL
+    SELECT channel, tenant, 'enqueued', count(*) FROM reminder_state WHERE state = 'enqueued' GROUP BY 1, 2
+    UNION ALL
+    SELECT channel, tenant, 'sending', count(*)
+      FROM reminder_state WHERE state = 'sending' AND lease_until IS NOT NULL GROUP BY 1, 2
+    UNION ALL
+    SELECT channel, tenant, state, count(*) * (SELECT state FROM scale)
+      FROM state_sample
+     WHERE (state = 'pending' AND due_at > @now) OR state IN ('delivered', 'failed', 'expired', 'canceled')
+     GROUP BY 1, 2, 3
+    UNION ALL
+    SELECT channel, tenant, 'pending', count(*) * (SELECT lazy FROM scale)
+      FROM lazy_sample WHERE unpromoted GROUP BY 1, 2
+)
+SELECT grouping(channel, tenant), coalesce(channel, ''), coalesce(tenant, ''), state, round(sum(n))::bigint
+  FROM c
+ GROUP BY GROUPING SETS ((channel, state), (tenant, state));
+
+-- name: StatsPages
+-- The current size in pages of reminder_state and of reminders (not
+-- relpages, which waits for VACUUM or ANALYZE; a stat of the files, no row
+-- read): ReadStats counts exactly (StatsCounts) while reminders is small,
+-- and sizes StatsCountsBounded's sample from them.
+SELECT pg_relation_size('reminder_state') / current_setting('block_size')::int,
+       pg_relation_size('reminders') / current_setting('block_size')::int;
 
 -- name: StatsAges
 -- The newest intent (the primary key's end), then the oldest waiting work,

@@ -1,9 +1,11 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +23,14 @@ type Stats struct {
 	ByChannel map[string]map[string]int64 `json:"by_channel"`
 	// ByTenant counts reminders: tenant → state → count.
 	ByTenant map[string]map[string]int64 `json:"by_tenant"`
+	// Estimated lists the states whose counts in ByChannel and ByTenant are
+	// estimates (nil: every count is exact). From ExactCountsUpToPages,
+	// unless StatsOptions.Exact, the counts are read at a cost bounded by the
+	// work and a sample (StatsCountsBounded): the work is exact (pending and
+	// due, and every in-flight state), the pending reminders scheduled for
+	// later and the terminal history are estimated from a sample of
+	// SamplePages pages, so pending and the terminal states are listed here.
+	Estimated []string `json:"estimated_states,omitempty"`
 
 	// NewestCreated is when the newest reminder was scheduled: is intent
 	// still being written?
@@ -85,6 +95,9 @@ type DispatchStats struct {
 	Note string `json:"note,omitempty"`
 }
 
+// IsEstimated reports whether the counts of state are estimates (Estimated).
+func (s *Stats) IsEstimated(state string) bool { return slices.Contains(s.Estimated, state) }
+
 // Age returns Now − t, or 0 when t is nil.
 func (s *Stats) Age(t *time.Time) time.Duration {
 	if t == nil {
@@ -102,13 +115,62 @@ func (s *Stats) OldestDueAge() time.Duration { return s.Age(s.OldestDue) }
 // so a lag from events alone means little unless OldestDue is set too.
 func (s *Stats) CutoffLag() time.Duration { return s.Age(s.Dispatch.Cutoff) }
 
-// ReadStats reads everything but the dead-letter depths (DLQDepths).
+// Bounds of the counts' cost (issue 18: an operator's read, which the
+// console repeats every 15 seconds, must not grow with the reminders
+// scheduled months ahead nor with retention's history).
+const (
+	// ExactCountsUpToPages is the size of reminders, in 8 KiB pages, below
+	// which Stats counts every row exactly (StatsCounts): 16 MiB, about
+	// 100,000 reminders of a small payload, where the exact count takes
+	// tens of milliseconds.
+	ExactCountsUpToPages = 2048
+	// SamplePages is about how many pages of reminder_state and of
+	// reminders the estimated counts read, each.
+	SamplePages = 100
+)
+
+// StatsOptions says how Stats counts.
+type StatsOptions struct {
+	// Exact counts every row whatever the table's size (nudgectl stats
+	// --exact): seconds at 1M reminders. Zero value: exact while reminders
+	// is below ExactCountsUpToPages, estimated from it.
+	Exact bool
+	// ExactUpToPages replaces ExactCountsUpToPages and SamplePages replaces
+	// SamplePages (zero values: those), for tests and trials.
+	ExactUpToPages, SamplePages int
+}
+
+// ReadStats reads everything but the dead-letter depths (DLQDepths), the
+// counts exact while reminders is below ExactCountsUpToPages and in part
+// estimated from it (Stats.Estimated).
 func ReadStats(ctx context.Context, q pg.Querier, now time.Time) (*Stats, error) {
+	return ReadStatsWith(ctx, q, now, StatsOptions{})
+}
+
+// estimatedStates are the states whose counts StatsCountsBounded estimates.
+var estimatedStates = []string{"pending", "delivered", "failed", "expired", "canceled"}
+
+// ReadStatsWith is ReadStats, counting as o says.
+func ReadStatsWith(ctx context.Context, q pg.Querier, now time.Time, o StatsOptions) (*Stats, error) {
 	s := &Stats{
 		Now: now, ByChannel: map[string]map[string]int64{}, ByTenant: map[string]map[string]int64{},
 		DeadlineMisses: map[string]Window{}, Quarantined: map[string]Window{},
 	}
-	rows, err := q.Query(ctx, query("StatsCounts"))
+	name, args := "StatsCounts", pgx.NamedArgs{}
+	if !o.Exact {
+		var statePages, lazyPages int64
+		if err := q.QueryRow(ctx, query("StatsPages")).Scan(&statePages, &lazyPages); err != nil {
+			return nil, fmt.Errorf("sizing the reminders: %w", err)
+		}
+		if lazyPages >= int64(cmp.Or(o.ExactUpToPages, ExactCountsUpToPages)) {
+			sample := float64(cmp.Or(o.SamplePages, SamplePages))
+			pct := func(pages int64) float64 { return min(100, 100*sample/float64(max(pages, 1))) }
+			name, args = "StatsCountsBounded", pgx.NamedArgs{"now": now,
+				"state_pct": pct(statePages), "state_pages": statePages, "lazy_pct": pct(lazyPages), "lazy_pages": lazyPages}
+			s.Estimated = estimatedStates
+		}
+	}
+	rows, err := q.Query(ctx, query(name), args)
 	if err != nil {
 		return nil, fmt.Errorf("counting reminders: %w", err)
 	}

@@ -94,3 +94,75 @@ func TestReadStats(t *testing.T) {
 	require.Equal(t, 70*time.Second, st.CutoffLag())
 	require.EqualValues(t, 1, st.Dispatch.RunsLastDay)
 }
+
+// From a size on, nudgectl stats and the console count the work exactly and
+// estimate the reminders scheduled for later and the terminal history from a
+// sample of pages (issue 18). A sample of every page gives the exact counts:
+// the bounded read's parts add up to StatsCounts', each reminder once (a
+// lazy reminder materialized by a cancel is canceled, not also pending; one
+// due without a state row is pending and due).
+func TestReadStatsBoundedAddsUpToTheExactCounts(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	ins := func(r opstest.Row) int64 { return opstest.Insert(t, db.Pool, r) }
+	ins(opstest.Row{Key: "due", DueAt: now.Add(-5 * time.Minute)})
+	ins(opstest.Row{Key: "later", DueAt: now.Add(time.Hour), Tenant: "globex"})
+	ins(opstest.Row{Key: "e", State: reminder.Enqueued, Channel: reminder.SMS})
+	ins(opstest.Row{Key: "s", State: reminder.Sending, Since: now.Add(time.Minute)})
+	ins(opstest.Row{Key: "r", State: reminder.Retrying})
+	ins(opstest.Row{Key: "q", State: reminder.Quarantined, Tenant: "globex"})
+	ins(opstest.Row{Key: "d", State: reminder.Delivered, Since: now.Add(-time.Hour)})
+	ins(opstest.Row{Key: "x", State: reminder.Expired, Channel: reminder.SMS})
+	canceled := ins(opstest.Row{Key: "c", State: reminder.Canceled, DueAt: now.Add(40 * 24 * time.Hour)})
+	lateDue := ins(opstest.Row{Key: "u1", DueAt: now.Add(-2 * time.Hour)})
+	farLater := ins(opstest.Row{Key: "u2", DueAt: now.Add(30 * 24 * time.Hour), Channel: reminder.SMS})
+	db.Unpromote(t, lateDue, farLater)
+	// A lazy reminder an operator canceled far ahead: materialized, canceled.
+	_, err := db.Pool.Exec(ctx, `UPDATE reminders SET lazy = true WHERE id = $1`, canceled)
+	require.NoError(t, err)
+
+	exact, err := ops.ReadStatsWith(ctx, db.Pool, now, ops.StatsOptions{Exact: true})
+	require.NoError(t, err)
+	require.Nil(t, exact.Estimated)
+	small, err := ops.ReadStats(ctx, db.Pool, now)
+	require.NoError(t, err)
+	require.Nil(t, small.Estimated, "a small table is counted exactly")
+	require.Equal(t, exact.ByChannel, small.ByChannel)
+
+	bounded, err := ops.ReadStatsWith(ctx, db.Pool, now, ops.StatsOptions{ExactUpToPages: 1, SamplePages: 1 << 20})
+	require.NoError(t, err)
+	require.Equal(t, []string{"pending", "delivered", "failed", "expired", "canceled"}, bounded.Estimated)
+	require.True(t, bounded.IsEstimated("canceled"))
+	require.False(t, bounded.IsEstimated("enqueued"))
+	require.Equal(t, map[string]int64{"pending": 3, "sending": 1, "retrying": 1, "quarantined": 1, "delivered": 1, "canceled": 1},
+		exact.ByChannel["email"])
+	require.Equal(t, exact.ByChannel, bounded.ByChannel)
+	require.Equal(t, exact.ByTenant, bounded.ByTenant)
+	require.Equal(t, exact.OldestDueAge(), bounded.OldestDueAge())
+}
+
+// The estimate from a sample of a fraction of the pages is near the exact
+// count, and the work is exact whatever the sample.
+func TestReadStatsEstimatesFromASample(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at, deadline, idempotency_key, lazy)
+		SELECT 'tenant-' || i % 4, 'lazy:' || i, 'email', 'a@example.com', 't', '{}',
+		       $1::timestamptz + interval '3 hours' + i * interval '1 minute',
+		       $1::timestamptz + interval '4 hours' + i * interval '1 minute', 'lazy-' || i, true
+		  FROM generate_series(1, 30000) i`, now)
+	require.NoError(t, err)
+	opstest.Insert(t, db.Pool, opstest.Row{Key: "e", State: reminder.Enqueued})
+	var pages int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_relation_size('reminders') / 8192`).Scan(&pages))
+	st, err := ops.ReadStatsWith(ctx, db.Pool, now, ops.StatsOptions{ExactUpToPages: 1, SamplePages: pages / 4})
+	require.NoError(t, err)
+	require.NotNil(t, st.Estimated)
+	t.Logf("%d pages, a quarter sampled: pending %d of 30000", pages, st.ByChannel["email"]["pending"])
+	require.InDelta(t, 30000, st.ByChannel["email"]["pending"], 3000)
+	require.EqualValues(t, 1, st.ByChannel["email"]["enqueued"], "the work is exact")
+}

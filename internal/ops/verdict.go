@@ -119,6 +119,8 @@ type Report struct {
 	Now       time.Time                   `json:"now"`
 	ByChannel map[string]map[string]int64 `json:"by_channel"`
 	ByTenant  map[string]map[string]int64 `json:"by_tenant"`
+	// EstimatedStates lists the states whose counts are estimates (Stats.Estimated; absent: all exact).
+	EstimatedStates []string `json:"estimated_states,omitempty"`
 
 	NewestCreatedAgeSeconds   *float64 `json:"newest_created_age_seconds"`
 	OldestDueAgeSeconds       *float64 `json:"oldest_due_age_seconds"`
@@ -163,7 +165,7 @@ func (s *Stats) Report(o Objectives) Report {
 	}
 	verdict := s.Verdict(o)
 	return Report{
-		Now: s.Now, ByChannel: s.ByChannel, ByTenant: s.ByTenant,
+		Now: s.Now, ByChannel: s.ByChannel, ByTenant: s.ByTenant, EstimatedStates: s.Estimated,
 		NewestCreatedAgeSeconds: age(s.NewestCreated), OldestDueAgeSeconds: age(s.OldestDue),
 		OldestEnqueuedAgeSeconds: age(s.OldestEnqueued), OldestRetryDueAgeSeconds: age(s.OldestRetryDue),
 		OldestUnexpiredAgeSeconds: age(s.OldestUnexpired), OldestDeadLeaseAgeSeconds: age(s.OldestDeadLease),

@@ -7,6 +7,7 @@ package opstest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"testing"
@@ -261,4 +262,21 @@ func QueueIDs(t testing.TB, url string, topo broker.Topology, ch reminder.Channe
 		ids[i] = m.MessageID
 	}
 	return ids
+}
+
+// SharedBuffers runs sql under EXPLAIN (ANALYZE, BUFFERS) on q and returns
+// its shared buffers, hit and read: the statements of the functions it calls
+// included. What a statement reads, which the machine's load does not move.
+func SharedBuffers(tb testing.TB, q pg.Querier, sql string, args ...any) int {
+	tb.Helper()
+	var raw []byte
+	require.NoError(tb, q.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&raw))
+	var plan []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	require.NoError(tb, json.Unmarshal(raw, &plan))
+	return plan[0].Plan.Hit + plan[0].Plan.Read
 }
