@@ -102,7 +102,9 @@ func TestPlanWithTwoAfterRolloutSteps(t *testing.T) {
 // after this release's, lazy intake on (with reminder_state's foreign key
 // dropped; found by its name, as its number may change at a merge) and
 // 0045 the expiry's old index (reminder_state_unsent_deadline), whose
-// readers this release rewrote.
+// readers this release rewrote; 0048 the index of every terminal row
+// (reminder_state_terminal), whose readers read the unpurged and the
+// purged rows' indexes (0047) instead.
 func TestAfterRolloutMigrations(t *testing.T) {
 	t.Parallel()
 	migs, err := schema.Migrations()
@@ -115,7 +117,7 @@ func TestAfterRolloutMigrations(t *testing.T) {
 	}
 	require.Equal(t, []string{"0035_drop_state_mirror.after-rollout", "0037_drop_wide_state_columns.after-rollout",
 		"0041_drop_pending_tenant.after-rollout", testenv.LazyIntakeOn(t).String(),
-		"0045_drop_unsent_deadline.after-rollout"}, after)
+		"0045_drop_unsent_deadline.after-rollout", "0048_drop_terminal_index.after-rollout"}, after)
 }
 
 // Migrate leaves the mirror's drop waiting, and reports it; the after-rollout

@@ -274,12 +274,17 @@ SELECT s.channel, 'quarantined', count(*) FILTER (WHERE e.at >= @hour_ago), coun
 -- name: StatsRecent
 -- Terminal outcomes of the recent window (@since, @now], by channel: the
 -- rate workers (and expiries) produce terminal records now, not all-time
--- totals. The terminal index, on the same expression, bounds the read to the
--- window.
+-- totals. The terminal indexes, on the same expression, bound the read to the
+-- window: the unpurged rows' and the purged rows' (schema 47; each terminal
+-- row is in exactly one, and a row finished in the window is rarely purged).
 SELECT channel, state, count(*)
-  FROM reminder_state
- WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
-   AND coalesce(finished_at, updated_at) > @since AND coalesce(finished_at, updated_at) <= @now
+  FROM (SELECT channel, state FROM reminder_state
+         WHERE purged_at IS NULL AND state IN ('delivered', 'failed', 'expired', 'canceled')
+           AND coalesce(finished_at, updated_at) > @since AND coalesce(finished_at, updated_at) <= @now
+        UNION ALL
+        SELECT channel, state FROM reminder_state
+         WHERE purged_at IS NOT NULL AND state IN ('delivered', 'failed', 'expired', 'canceled')
+           AND coalesce(finished_at, updated_at) > @since AND coalesce(finished_at, updated_at) <= @now) t
  GROUP BY channel, state;
 
 -- name: StatsDispatch
@@ -299,7 +304,13 @@ SELECT max(cutoff) FILTER (WHERE error IS NULL AND NOT out_of_budget), max(finis
 -- wrote it. Claims folded into their rows (schema version 30) are read from
 -- the work in flight and the newest 100,000 terminal rows, over the partial
 -- indexes that hold them (reminder_state_enqueued, _leases, _parked,
--- _terminal): bounded by the work, not the table.
+-- _terminal_unpurged and _terminal_purged): bounded by the work, not the
+-- table. The newest terminal rows are the unpurged ones (retention purges
+-- the oldest first), so the purged are read only when fewer than 100,000
+-- rows are unpurged, to make up the number: the Append runs its parts in
+-- order and the LIMIT stops it (no ORDER BY over the two: a merge would
+-- start both parts, and on a schema before 47 the purged part's first row
+-- lies past every unpurged one in reminder_state_terminal).
 -- A folded claim of a row since returned to pending is not among them (a
 -- newer claim almost always is).
 SELECT at FROM (
@@ -316,10 +327,16 @@ SELECT at FROM (
     SELECT max(claimed_at) FROM reminder_state WHERE state IN ('leased', 'retrying', 'quarantined')
     UNION ALL
     SELECT max(t.claimed_at) FROM (
-        SELECT claimed_at FROM reminder_state
-         WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
-         ORDER BY coalesce(finished_at, updated_at) DESC
-         LIMIT 100000) t
+        (SELECT claimed_at FROM reminder_state
+          WHERE purged_at IS NULL AND state IN ('delivered', 'failed', 'expired', 'canceled')
+          ORDER BY coalesce(finished_at, updated_at) DESC
+          LIMIT 100000)
+        UNION ALL
+        (SELECT claimed_at FROM reminder_state
+          WHERE purged_at IS NOT NULL AND state IN ('delivered', 'failed', 'expired', 'canceled')
+          ORDER BY coalesce(finished_at, updated_at) DESC
+          LIMIT 100000)
+        LIMIT 100000) t
 ) c
  WHERE at IS NOT NULL
  ORDER BY at DESC
@@ -424,8 +441,9 @@ SELECT attempt, fence, worker, started_at, finished_at, coalesce(outcome, ''),
 -- first attempt, delivery) are counted from the rows a move of the last
 -- hour can be folded into: the work in flight and the rows finished in the
 -- last hour (a claim or an attempt precedes the finish), each part over the
--- partial index that holds it, so bounded by the work, not the table. A
--- folded claim of a row since returned to pending is not counted.
+-- partial index that holds it (the finished rows: the unpurged and the
+-- purged rows' indexes, schema 47), so bounded by the work, not the table.
+-- A folded claim of a row since returned to pending is not counted.
 WITH folded AS (
     SELECT claimed_at, started_at, NULL::timestamptz AS delivered_at FROM reminder_state WHERE state = 'enqueued'
     UNION ALL
@@ -435,7 +453,12 @@ WITH folded AS (
     UNION ALL
     SELECT claimed_at, started_at, CASE WHEN delivered_by IS NOT NULL THEN finished_at END
       FROM reminder_state
-     WHERE state IN ('delivered', 'failed', 'expired', 'canceled')
+     WHERE purged_at IS NULL AND state IN ('delivered', 'failed', 'expired', 'canceled')
+       AND coalesce(finished_at, updated_at) > @now::timestamptz - interval '1 hour'
+    UNION ALL
+    SELECT claimed_at, started_at, CASE WHEN delivered_by IS NOT NULL THEN finished_at END
+      FROM reminder_state
+     WHERE purged_at IS NOT NULL AND state IN ('delivered', 'failed', 'expired', 'canceled')
        AND coalesce(finished_at, updated_at) > @now::timestamptz - interval '1 hour'
 ), moves AS (
     SELECT e.at,

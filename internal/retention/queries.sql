@@ -56,15 +56,38 @@ SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM att);
 -- slice 4 drops that key (docs/benchmarks.md). The events folded into a row (schema version
 -- 30: its claim, first attempt and delivery) are appended to reminder_events
 -- first, as they were folded, so the trail outlives the row as before.
-WITH old AS (
+--
+-- The batch is read as two ordered parts, the purged rows and the unpurged
+-- ones (schema 47: reminder_state_terminal_purged and _terminal_unpurged,
+-- each terminal row in exactly one of them), each locked as it is read
+-- (skipping what another transaction holds) up to a batch, then merged in
+-- finish order. Usually every row past this window is purged (the payload
+-- window is the shorter) and the unpurged part is empty; it holds rows when
+-- the two windows are equal or the purge is behind. A row a part locked
+-- beyond the merged batch stays locked, unchanged, until the statement ends
+-- (at most a batch more; FOR UPDATE is not allowed over a UNION).
+WITH purged AS (
     SELECT s.id, s.claimed_at, s.claimed_fence, s.claimed_by, s.started_at, s.started_fence, s.started_by,
-           s.delivered_by, s.fence, s.finished_at, s.reason
+           s.delivered_by, s.fence, s.finished_at, s.reason, coalesce(s.finished_at, s.updated_at) AS done
       FROM reminder_state s
-     WHERE s.state IN ('delivered', 'failed', 'expired', 'canceled')
+     WHERE s.purged_at IS NOT NULL AND s.state IN ('delivered', 'failed', 'expired', 'canceled')
        AND coalesce(s.finished_at, s.updated_at) < @before
      ORDER BY coalesce(s.finished_at, s.updated_at)
      LIMIT @limit
        FOR UPDATE OF s SKIP LOCKED
+), unpurged AS (
+    SELECT s.id, s.claimed_at, s.claimed_fence, s.claimed_by, s.started_at, s.started_fence, s.started_by,
+           s.delivered_by, s.fence, s.finished_at, s.reason, coalesce(s.finished_at, s.updated_at) AS done
+      FROM reminder_state s
+     WHERE s.purged_at IS NULL AND s.state IN ('delivered', 'failed', 'expired', 'canceled')
+       AND coalesce(s.finished_at, s.updated_at) < @before
+     ORDER BY coalesce(s.finished_at, s.updated_at)
+     LIMIT @limit
+       FOR UPDATE OF s SKIP LOCKED
+), old AS (
+    SELECT o.* FROM (SELECT * FROM purged UNION ALL SELECT * FROM unpurged) o
+     ORDER BY o.done
+     LIMIT @limit
 ), kept AS (
     INSERT INTO reminder_events (reminder_id, from_state, to_state, fence, actor, code, reason, at)
     SELECT old.id, f.from_state, f.to_state, f.fence, f.actor, f.code, f.reason, f.at

@@ -126,8 +126,9 @@ func TestPlansAfterAQuietSpell(t *testing.T) {
 	require.Equal(t, 1, got["expiry"], "%v", got)
 	got = only("ops StatsAges", opsQ.Get("StatsAges"), open...)
 	require.Equal(t, 1, got["expiry"], "%v", got)
-	only("ops Minutes", opsQ.Get("Minutes"), "enqueued", "parked", "leases", "terminal")
-	only("ops StatsLastClaim", opsQ.Get("StatsLastClaim"), "enqueued", "parked", "leases", "terminal")
+	only("ops Minutes", opsQ.Get("Minutes"), "enqueued", "parked", "leases", "terminal_unpurged", "terminal_purged")
+	only("ops StatsLastClaim", opsQ.Get("StatsLastClaim"), "enqueued", "parked", "leases", "terminal_unpurged",
+		"terminal_purged")
 
 	// The expiries read reminder_state_expiry (the sending rows from the
 	// leases): a test of the state written plainly can no longer read it.

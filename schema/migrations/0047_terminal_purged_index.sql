@@ -1,0 +1,28 @@
+-- Schema version 47: the purged terminal rows get an index of their own, so
+-- a delivery enters one terminal index instead of two (issue 18,
+-- docs/benchmarks.md, "One terminal index entry per delivered reminder").
+--
+-- Until now a row that reached a terminal state entered both
+-- reminder_state_terminal (every terminal row, by finish) and
+-- reminder_state_terminal_unpurged (the same, until retention purges its
+-- payload): two index entries per delivered reminder, on the hot path
+-- (RecordOutcomes). reminder_state_terminal_purged holds the other part,
+-- the purged terminal rows, by finish: a row enters it when retention purges
+-- its payload (PurgePayloads), which rewrites the row anyway and entered
+-- reminder_state_terminal again then. Together the two partial indexes hold
+-- every terminal row, and each terminal row is in exactly one of them.
+--
+-- This release's readers of the terminal rows (retention DeleteReminders;
+-- nudgectl stats' StatsRecent and StatsLastClaim; the console's minutes)
+-- read the two ranges, unpurged and purged, as two ordered parts, which
+-- schema 32's indexes serve as well (terminal_unpurged, and terminal under a
+-- filter on purged_at), so they run before this migration too. The previous
+-- release's readers plan with reminder_state_terminal: it stays until the
+-- after-rollout step (48) drops it, and until then a delivery still enters
+-- both old indexes (and a purge enters this one too).
+--
+-- Building it reads reminder_state under a lock that holds every transition
+-- back (seconds per million rows); on a large install build it first
+-- without blocking (docs/deploy.md), and IF NOT EXISTS then keeps it.
+CREATE INDEX IF NOT EXISTS reminder_state_terminal_purged ON reminder_state (coalesce(finished_at, updated_at))
+    WHERE purged_at IS NOT NULL AND state IN ('delivered', 'failed', 'expired', 'canceled');

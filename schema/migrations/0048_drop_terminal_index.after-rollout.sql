@@ -1,0 +1,17 @@
+-- Schema version 48, after the rollout of the release that added 47: the
+-- index of every terminal row goes, and with it one of the two index entries
+-- a delivered reminder took when it became terminal (RecordOutcomes).
+--
+-- reminder_state_terminal (coalesce(finished_at, updated_at)) WHERE state
+-- IN ('delivered', 'failed', 'expired', 'canceled') holds the entries of
+-- reminder_state_terminal_unpurged and reminder_state_terminal_purged (47)
+-- together. This release's readers of terminal rows read those two as two
+-- ordered parts; the previous release's (its retention's DeleteReminders,
+-- nudgectl stats, the console's minutes) plan with this index, so it stays
+-- until none of them runs (nudgectl migrate --after-rollout).
+--
+-- DROP INDEX takes reminder_state's ACCESS EXCLUSIVE lock for a catalogue
+-- change only. A large install can drop it first without blocking
+-- (docs/deploy.md, "Schema 47 and 48"): DROP INDEX CONCURRENTLY IF EXISTS
+-- reminder_state_terminal; IF EXISTS then skips it.
+DROP INDEX IF EXISTS reminder_state_terminal;
