@@ -322,7 +322,9 @@ SELECT at FROM (
     UNION ALL
     SELECT max(claimed_at) FROM reminder_state WHERE state = 'enqueued'
     UNION ALL
-    SELECT max(claimed_at) FROM reminder_state WHERE state = 'sending'
+    -- a sending row always holds its send lease: stated, so the planner reads
+    -- reminder_state_leases (its predicate) rather than the whole table
+    SELECT max(claimed_at) FROM reminder_state WHERE state = 'sending' AND lease_until IS NOT NULL
     UNION ALL
     SELECT max(claimed_at) FROM reminder_state WHERE state IN ('leased', 'retrying', 'quarantined')
     UNION ALL
@@ -447,7 +449,8 @@ SELECT attempt, fence, worker, started_at, finished_at, coalesce(outcome, ''),
 WITH folded AS (
     SELECT claimed_at, started_at, NULL::timestamptz AS delivered_at FROM reminder_state WHERE state = 'enqueued'
     UNION ALL
-    SELECT claimed_at, started_at, NULL FROM reminder_state WHERE state = 'sending'
+    -- a sending row always holds its send lease (as in StatsLastClaim)
+    SELECT claimed_at, started_at, NULL FROM reminder_state WHERE state = 'sending' AND lease_until IS NOT NULL
     UNION ALL
     SELECT claimed_at, started_at, NULL FROM reminder_state WHERE state IN ('leased', 'retrying', 'quarantined')
     UNION ALL
