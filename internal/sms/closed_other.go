@@ -4,6 +4,10 @@ package sms
 
 import "net"
 
-// closedByPeer is not known on this system: a connection the peer closed
-// while idle fails the exchange that takes it.
-func closedByPeer(net.Conn) bool { return false }
+// peeker is not known on this system: a connection the peer closed while
+// idle fails the exchange that takes it.
+type peeker struct{}
+
+func newPeeker(net.Conn) *peeker { return nil }
+
+func (*peeker) closed() bool { return false }

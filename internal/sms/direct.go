@@ -46,7 +46,7 @@ import (
 //   - at most maxResponseBody bytes of an answer are kept (drained up to as
 //     much again, as readBodyInto does);
 //   - a pooled connection the provider closed while it was idle is not
-//     written to (closedByPeer looks before it is used).
+//     written to (its peeker looks before it is used).
 //
 // What is not: a request is never sent twice by the client on its own (a
 // POST on a connection that fails is the caller's to retry, with the same
@@ -154,6 +154,9 @@ func proxied(u *url.URL) bool {
 // it, with that exchange's context.
 type lazyConn struct {
 	net.Conn // nil until connected
+	// peek looks whether the provider closed the connection while it was
+	// idle in the pool (nil: it cannot tell).
+	peek *peeker
 }
 
 func (c *lazyConn) Close() error {
@@ -177,7 +180,7 @@ func (c *lazyConn) connect(ctx context.Context, d *directClient) error {
 		}
 		conn = tc
 	}
-	c.Conn = conn
+	c.Conn, c.peek = conn, newPeeker(conn)
 	return nil
 }
 
@@ -214,7 +217,7 @@ func (d *directClient) exchange(ctx context.Context, req []byte, a *answer) (sta
 		return 0, "", err
 	}
 	conn := cc.Conn().(*lazyConn)
-	for conn.Conn != nil && closedByPeer(conn.Conn) {
+	for conn.Conn != nil && conn.peek.closed() {
 		// Closed while idle: drop it and take the next (or a new one).
 		d.pool.CloseConn(cc)
 		if cc, err = d.pool.AcquireConn(0, false); err != nil {

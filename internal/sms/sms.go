@@ -251,14 +251,15 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 	if err != nil {
 		return "", err
 	}
-	payload := appendRequest(make([]byte, 0, requestSize(msg.Recipient, text, msg.Tenant, c.sender)),
-		msg.Recipient, text, msg.ReminderID, msg.Tenant, c.sender)
-
 	ctx, cancel := provider.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if c.direct != nil {
-		return c.sendDirect(ctx, msg, payload)
+		return c.sendDirect(ctx, msg, text)
 	}
+	// net/http's transport may still read the body after Do returns: the
+	// payload is its own.
+	payload := appendRequest(make([]byte, 0, requestSize(msg.Recipient, text, msg.Tenant, c.sender)),
+		msg.Recipient, text, msg.ReminderID, msg.Tenant, c.sender)
 	req := c.request(ctx, payload, msg.IdempotencyKey)
 
 	// The caller's last check, once nothing but the request itself is left:
@@ -284,18 +285,22 @@ func (c *Client) Send(ctx context.Context, msg provider.Message) (string, error)
 	return c.interpret(resp.StatusCode, retryAfter(resp), body)
 }
 
-// sendDirect is the rest of Send through the direct client.
-func (c *Client) sendDirect(ctx context.Context, msg provider.Message, payload []byte) (string, error) {
+// sendDirect is the rest of Send through the direct client: the body of
+// text is written into a pooled buffer, then copied behind the head.
+func (c *Client) sendDirect(ctx context.Context, msg provider.Message, text string) (string, error) {
+	body := requests.Get().(*request)
+	defer body.release()
+	body.b = appendRequest(body.b[:0], msg.Recipient, text, msg.ReminderID, msg.Tenant, c.sender)
 	if err := msg.Open(); err != nil {
 		return "", err
 	}
 	rq := requests.Get().(*request)
 	defer rq.release()
 	var err error
-	if rq.b, err = appendPostHead(rq.b[:0], c.postBefore, c.postAfter, len(payload), msg.IdempotencyKey); err != nil {
+	if rq.b, err = appendPostHead(rq.b[:0], c.postBefore, c.postAfter, len(body.b), msg.IdempotencyKey); err != nil {
 		return "", transportError(fmt.Sprintf("sending reminder %d by sms", msg.ReminderID), err)
 	}
-	rq.b = append(rq.b, payload...)
+	rq.b = append(rq.b, body.b...)
 	rb := answers.Get().(*answer)
 	defer rb.release()
 	status, wait, err := c.direct.exchange(ctx, rq.b, rb)
@@ -434,22 +439,11 @@ func (c *Client) lookupDirect(ctx context.Context, msg provider.Message, target 
 // interpret maps a complete response, its status, Retry-After (for a
 // non-2xx) and body, onto an id or a *provider.Error.
 func (c *Client) interpret(status int, retryAfter string, body []byte) (string, error) {
-	code := "http_" + strconv.Itoa(status)
+	if status >= 200 && status < 300 {
+		return accepted(status, body)
+	}
+	code := "http_" + strconv.Itoa(status) // built for a refusal only: two allocations
 	switch {
-	case status >= 200 && status < 300:
-		var a acceptance
-		var plain bool
-		if a.ID, plain = acceptedID(body); !plain {
-			if err := json.Unmarshal(body, &a); err != nil {
-				return "", provider.RetryableError("bad_response", 0,
-					fmt.Errorf("decoding sms response (status %d, body %s): %w", status, excerpt(body), err))
-			}
-		}
-		if a.ID == "" {
-			return "", provider.RetryableError("bad_response", 0,
-				fmt.Errorf("sms provider accepted (status %d) without an id: body %s", status, excerpt(body)))
-		}
-		return a.ID, nil
 	case status == http.StatusTooManyRequests, status == http.StatusRequestTimeout, status >= 500:
 		wait := ParseRetryAfter(retryAfter, c.now())
 		return "", provider.RetryableError(code, wait, statusError(status, body))
@@ -458,6 +452,23 @@ func (c *Client) interpret(status int, retryAfter string, body []byte) (string, 
 	default:
 		return "", provider.RetryableError(code, 0, statusError(status, body))
 	}
+}
+
+// accepted is the provider's id in a 2xx answer's body.
+func accepted(status int, body []byte) (string, error) {
+	var a acceptance
+	var plain bool
+	if a.ID, plain = acceptedID(body); !plain {
+		if err := json.Unmarshal(body, &a); err != nil {
+			return "", provider.RetryableError("bad_response", 0,
+				fmt.Errorf("decoding sms response (status %d, body %s): %w", status, excerpt(body), err))
+		}
+	}
+	if a.ID == "" {
+		return "", provider.RetryableError("bad_response", 0,
+			fmt.Errorf("sms provider accepted (status %d) without an id: body %s", status, excerpt(body)))
+	}
+	return a.ID, nil
 }
 
 // render checks what every adapter needs of msg and renders its body:

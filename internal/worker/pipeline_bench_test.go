@@ -252,8 +252,12 @@ func runPipeline(b *testing.B, n, k int) {
 	if os.Getenv("NUDGE_BENCH_SENDER") != "nop" {
 		sink := httptest.NewServer(fakesms.New())
 		b.Cleanup(sink.Close)
-		// sms.New's default client, as the sms-worker binary wires it.
-		if sender, err = sms.New(sms.Config{URL: sink.URL, Timeout: 10 * time.Second}); err != nil {
+		// sms.New's default client, as the sms-worker binary wires it: its
+		// timeout is the worker's send timeout. (A shorter one, 10 s as here
+		// before, makes the client add a timer of its own to every send,
+		// which the binary does not: provider.WithTimeout.)
+		timeout := worker.Config{}.WithDefaults().SendTimeout
+		if sender, err = sms.New(sms.Config{URL: sink.URL, Timeout: timeout}); err != nil {
 			b.Fatal(err)
 		}
 	}
