@@ -401,8 +401,11 @@ func fakeSMS(sent *atomic.Int64) (countedSMS, func(), error) {
 		return countedSMS{}, nil, err
 	}
 	// sms.New's default client, as the sms-worker binary wires it (its
-	// pooled connections close after 30 s idle, or with the provider).
-	sender, err := sms.New(sms.Config{URL: fp.URL, Timeout: 10 * time.Second})
+	// pooled connections close after 30 s idle, or with the provider): its
+	// timeout is the worker's send timeout, so provider.WithTimeout finds
+	// the worker's own deadline and adds no timer to a send (10 s here
+	// before made one per send that the binary does not).
+	sender, err := sms.New(sms.Config{URL: fp.URL, Timeout: worker.Config{}.WithDefaults().SendTimeout})
 	if err != nil {
 		fp.stop()
 		return countedSMS{}, nil, fmt.Errorf("SMS client: %w", err)
