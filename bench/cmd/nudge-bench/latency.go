@@ -117,6 +117,10 @@ func (m machineMark) since() machineLoad {
 // and once all are terminal
 // reads each hop's latency from the event trail and from the hop histograms
 // the dispatcher and workers recorded.
+// latencyMinGap is -latency-min-gap: the loop's least gap between passes
+// in the latency runs (0: the product's default).
+var latencyMinGap time.Duration
+
 func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k int, every time.Duration) (latencyResult, error) {
 	res := latencyResult{Offered: rate, N: int(rate * dur.Seconds())}
 	if res.N < 1 {
@@ -192,6 +196,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	mach := markMachine()
 	d, pub := s.dispatcher(e, keys, m)
 	defer pub.Close()
+	d.Config.MinGap = latencyMinGap // 0: the product's default
 	d.AfterRun = func(ctx context.Context, sum dispatch.Summary, err error) {
 		res.Passes += sum.Passes // read once the loop has returned
 		if err != nil && ctx.Err() == nil {

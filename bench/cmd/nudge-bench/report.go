@@ -448,8 +448,8 @@ func reportLatency(p func(string, ...any), o options, r results) {
 	} else {
 		p("%.0f%% of the median %d-worker end-to-end throughput measured so far in this run", 100*o.latencyLoad, o.headline)
 	}
-	p(") for %s (%.0f reminders a run), delivered by %d in-process workers (default configuration) and an in-process dispatcher in its loop (`Dispatcher.Loop`, batch 500), to the instant fake SMS provider. The loop starts a pass as soon as the next pending reminder is due (the earliest `due_at` after the last pass's cutoff, one probe of `reminder_state_pending_due` after each pass), at once when a pass left due rows behind, but never sooner than the minimum gap (`--min-gap`, the product's default: %s) nor later than %s (`--every`, `-latency-every`) after the last pass started: a steady stream is claimed a pass every minimum gap. Delivered rate, first due → last terminal: %s reminders/s. Every reminder delivered in every run: %s.\n\n",
-		o.latencyFor, n.Median, o.headline, dispatch.DefaultMinGap, o.latencyEvery, fmtR(achieved, 0), yes(allStreamDelivered(r)))
+	p(") for %s (%.0f reminders a run), delivered by %d in-process workers (default configuration) and an in-process dispatcher in its loop (`Dispatcher.Loop`, batch 500), to the instant fake SMS provider. The loop starts a pass as soon as the next pending reminder is due (the earliest `due_at` after the last pass's cutoff, one probe of `reminder_state_pending_due` after each pass), at once when a pass left due rows behind, but never sooner than the minimum gap (`--min-gap`: %s) nor later than %s (`--every`, `-latency-every`) after the last pass started: a steady stream is claimed a pass every minimum gap. Delivered rate, first due → last terminal: %s reminders/s. Every reminder delivered in every run: %s.\n\n",
+		o.latencyFor, n.Median, o.headline, minGapText(), o.latencyEvery, fmtR(achieved, 0), yes(allStreamDelivered(r)))
 	passes := pick(r.latency, func(x latencyResult) float64 {
 		return float64(x.Passes) / x.LastTerminal.Sub(x.FirstDue).Seconds()
 	})
@@ -857,4 +857,12 @@ func reportStorage(p func(string, ...any), st storageResult) {
 	}
 	p("\nThe empty tables and indexes left after the event window: %s (rows past every window removed: %s).\n\n",
 		byteSize(base.Total), thousands(int(base.Removed)))
+}
+
+// minGapText names the latency runs' minimum gap between passes.
+func minGapText() string {
+	if latencyMinGap <= 0 {
+		return "the product's default, " + dispatch.DefaultMinGap.String()
+	}
+	return latencyMinGap.String() + " (`-latency-min-gap`; the product's default is " + dispatch.DefaultMinGap.String() + ")"
 }
