@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -116,9 +117,12 @@ func runOnceCPU(b *testing.B, bu bundle, n int) {
 // opened (what a pass uses: a claim beside the previous batch's record),
 // whose PostgreSQL backends are known by pid: pg is the time they have
 // spent on a CPU (ns).
-func trackedPool(b *testing.B, bu bundle) (pool *pgxpool.Pool, pg func() int64) {
+func trackedPool(b *testing.B, bu bundle, tracer ...pgx.QueryTracer) (pool *pgxpool.Pool, pg func() int64) {
 	ctx := context.Background()
 	cfg := bu.db.Pool.Config()
+	if len(tracer) > 0 {
+		cfg.ConnConfig.Tracer = tracer[0]
+	}
 	var mu sync.Mutex
 	var pids []int
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
@@ -171,6 +175,13 @@ func trackedPool(b *testing.B, bu bundle) (pool *pgxpool.Pool, pg func() int64) 
 // the pool's PostgreSQL backends (/proc/PID/schedstat: CPU, not wall, so
 // the machine's other load moves it little). With NUDGE_BENCH_RATE=0 the
 // passes find nothing due: the cost of an idle pass.
+// NUDGE_BENCH_PROMOTE_EVERY sets Config.PromoteEvery (-1ns: a promoter pass
+// before every claim, as before --promote-every). NUDGE_BENCH_STATEMENTS=1
+// adds, per gap, the statements of an idle and of a claiming pass (NextDue
+// included), each with its count a pass and its mean time as the client saw
+// it (a pgx tracer: pg_stat_statements is not loaded on the test server; the
+// tracer's own cost lands in the dispatcher's CPU, so leave it off when
+// measuring CPU).
 //
 //	go test ./internal/dispatch -run '^$' -bench LoopCadenceCPU -benchtime 1x -v
 func BenchmarkLoopCadenceCPU(b *testing.B) {
@@ -190,9 +201,21 @@ func BenchmarkLoopCadenceCPU(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var promoteEvery time.Duration
+	if v := os.Getenv("NUDGE_BENCH_PROMOTE_EVERY"); v != "" {
+		if promoteEvery, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("NUDGE_BENCH_PROMOTE_EVERY: %v", err)
+		}
+	}
+	var stmts *statementLog
+	var tracers []pgx.QueryTracer
+	if os.Getenv("NUDGE_BENCH_STATEMENTS") == "1" {
+		stmts = &statementLog{}
+		tracers = append(tracers, stmts)
+	}
 	for range b.N {
 		bu := bundle{db: testenv.Postgres(b), mq: testenv.RabbitMQ(b), keys: keys, now: time.Now()}
-		pool, pg := trackedPool(b, bu)
+		pool, pg := trackedPool(b, bu, tracers...)
 		pub := broker.NewPublisher(bu.mq.URL, bu.mq.Topology, "bench-dispatcher")
 		ctx := context.Background()
 		n := rate * secs
@@ -209,8 +232,11 @@ func BenchmarkLoopCadenceCPU(b *testing.B) {
 				}
 				f := clock.NewFake(start)
 				d := &dispatch.Dispatcher{Enqueuer: dispatch.Enqueuer{Store: store.New(pool), Publisher: pub, Keys: bu.keys,
-					Topology: bu.mq.Topology, Clock: f, Actor: "bench-dispatcher"}, Log: zerolog.Nop()}
+					Topology: bu.mq.Topology, Clock: f, Actor: "bench-dispatcher"}, Log: zerolog.Nop(),
+					Config: dispatch.Config{PromoteEvery: promoteEvery}}
 				passes, claimed := 0, 0
+				idle, claiming := statementSplit{}, statementSplit{}
+				stmts.take()
 				var perPassPG []float64 // ms
 				pg0, self0, wall0 := pg(), selfCPU(), time.Now()
 				for at := start; !at.After(start.Add(time.Duration(secs) * time.Second)); at = at.Add(gap) {
@@ -225,6 +251,11 @@ func BenchmarkLoopCadenceCPU(b *testing.B) {
 					}
 					passes++
 					claimed += sum.Claimed
+					if sum.Claimed == 0 {
+						idle.add(stmts.take())
+					} else {
+						claiming.add(stmts.take())
+					}
 					perPassPG = append(perPassPG, float64(pg()-pgBefore)/1e6)
 				}
 				pg1, self1, wall := pg(), selfCPU(), time.Since(wall0)
@@ -237,6 +268,10 @@ func BenchmarkLoopCadenceCPU(b *testing.B) {
 					r+1, gap, passes, n, float64(n)*perPass, wall.Round(time.Millisecond),
 					float64(self1-self0)/1e6*perK, float64(pg1-pg0)/1e6*perK, float64(self1-self0)/1e6*perPass, float64(pg1-pg0)/1e6*perPass,
 					median(perPassPG[:q]), median(perPassPG[len(perPassPG)-q:]))
+				if stmts != nil {
+					b.Logf("round %d, a pass every %s: statements of an idle pass: %s", r+1, gap, idle)
+					b.Logf("round %d, a pass every %s: statements of a claiming pass: %s", r+1, gap, claiming)
+				}
 			}
 		}
 		pub.Close()
@@ -354,4 +389,112 @@ func (b bundle) scheduleSMS(tb testing.TB, prefix string, from, to int, due func
 			tb.Fatal(o.Err)
 		}
 	}
+}
+
+// statementLog is a pgx tracer that counts the statements run through a
+// pool and the time each took as the client saw it (start to end), by
+// statement (statementLabel); take returns what it holds and empties it.
+// Nil: it records nothing.
+type statementLog struct {
+	mu   sync.Mutex
+	seen map[string]statementCost
+}
+
+type statementCost struct {
+	N   int
+	Dur time.Duration
+}
+
+type statementStart struct{}
+
+type statementBegun struct {
+	label string
+	at    time.Time
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, statementStart{}, statementBegun{label: statementLabel(data.SQL), at: time.Now()})
+}
+
+func (l *statementLog) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	st, ok := ctx.Value(statementStart{}).(statementBegun)
+	if !ok {
+		return
+	}
+	d := time.Since(st.at)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]statementCost{}
+	}
+	c := l.seen[st.label]
+	c.N++
+	c.Dur += d
+	l.seen[st.label] = c
+}
+
+func (l *statementLog) take() map[string]statementCost {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.seen
+	l.seen = nil
+	return m
+}
+
+// statementLabel names a statement by its first SQL words (comments
+// skipped).
+func statementLabel(sql string) string {
+	var words []string
+	for _, line := range strings.Split(sql, "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "--") {
+			continue
+		}
+		words = append(words, strings.Fields(line)...)
+		if len(words) >= 6 {
+			break
+		}
+	}
+	return strings.Join(words[:min(len(words), 6)], " ")
+}
+
+// statementSplit sums the statements of a kind of pass.
+type statementSplit struct {
+	passes int
+	by     map[string]statementCost
+}
+
+func (s *statementSplit) add(m map[string]statementCost) {
+	s.passes++
+	if s.by == nil {
+		s.by = map[string]statementCost{}
+	}
+	for k, c := range m {
+		t := s.by[k]
+		t.N += c.N
+		t.Dur += c.Dur
+		s.by[k] = t
+	}
+}
+
+// String lists the statements a pass ran on average, most frequent first:
+// per pass, and each one's mean time.
+func (s statementSplit) String() string {
+	if s.passes == 0 {
+		return "no such pass"
+	}
+	labels := slices.Collect(maps.Keys(s.by))
+	slices.SortFunc(labels, func(a, b string) int { return cmp.Or(cmp.Compare(s.by[b].N, s.by[a].N), cmp.Compare(a, b)) })
+	total, dur := 0, time.Duration(0)
+	var sb strings.Builder
+	for _, k := range labels {
+		c := s.by[k]
+		total += c.N
+		dur += c.Dur
+		fmt.Fprintf(&sb, "; %.2f a pass of %q, %.3f ms each", float64(c.N)/float64(s.passes), k, float64(c.Dur)/float64(c.N)/1e6)
+	}
+	return fmt.Sprintf("%d passes, %.2f statements a pass, %.3f ms a pass as the client saw them%s", s.passes,
+		float64(total)/float64(s.passes), float64(dur)/float64(s.passes)/1e6, sb.String())
 }

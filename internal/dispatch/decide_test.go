@@ -3,6 +3,8 @@ package dispatch
 import (
 	"testing"
 	"time"
+
+	"github.com/nudgehq/nudge/internal/store"
 )
 
 func TestBudgetAllows(t *testing.T) {
@@ -118,6 +120,65 @@ func TestEnvelopeSize(t *testing.T) {
 	} {
 		if got := envelopeSize(tc.cfg.WithDefaults(), tc.more); got != tc.want {
 			t.Errorf("%s: envelopeSize(%+v, more %v) = %d, want %d", tc.name, tc.cfg, tc.more, got, tc.want)
+		}
+	}
+}
+
+func TestReusePromotion(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	final := t0.Add(time.Hour) // the last complete sweep's final watermark, H ahead
+	done := store.Promotion{SweepDone: true, Final: final, Through: t0.Add(2 * time.Hour)}
+	for _, tc := range []struct {
+		name        string
+		last        store.Promotion
+		lastAt, now time.Time
+		cutoff      time.Time // zero: now
+		every       time.Duration
+		want        bool
+	}{
+		{"within every, below final", done, t0, t0.Add(500 * time.Millisecond), time.Time{}, time.Second, true},
+		{"just within every", done, t0, t0.Add(time.Second - time.Nanosecond), time.Time{}, time.Second, true},
+		{"every has passed", done, t0, t0.Add(time.Second), time.Time{}, time.Second, false},
+		{"no promoter pass yet", done, time.Time{}, t0, time.Time{}, time.Second, false},
+		{"the sweep stopped at its batch limit (catching up)",
+			store.Promotion{Final: final, Through: t0}, t0, t0.Add(time.Millisecond), time.Time{}, time.Second, false},
+		{"negative every: a pass every time", done, t0, t0.Add(time.Millisecond), time.Time{}, -1, false},
+		{"the clock went back", done, t0, t0.Add(-time.Millisecond), time.Time{}, time.Second, false},
+		// The edge: a reminder due at final may still lack its state row.
+		{"cutoff just below final", done, t0, t0.Add(time.Millisecond), final.Add(-time.Microsecond), time.Hour, true},
+		{"cutoff at final", done, t0, t0.Add(time.Millisecond), final, time.Hour, false},
+		{"cutoff past final (final held back by a long transaction)",
+			store.Promotion{SweepDone: true, Final: t0.Add(-time.Minute)}, t0, t0.Add(time.Millisecond), time.Time{}, time.Second, false},
+		{"nothing promoted yet: final at its initial value", store.Promotion{SweepDone: true}, t0, t0.Add(time.Millisecond),
+			time.Time{}, time.Second, false},
+	} {
+		cutoff := tc.cutoff
+		if cutoff.IsZero() {
+			cutoff = tc.now
+		}
+		if got := reusePromotion(tc.last, tc.lastAt, tc.now, cutoff, tc.every); got != tc.want {
+			t.Errorf("%s: reusePromotion = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The skip's edge as the claim sees it: a reused pass claims up to the
+// cutoff, never past final, where a lazy reminder may still lack its row.
+func TestReusedPromotionClaimsBelowFinal(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	for _, last := range []store.Promotion{
+		{SweepDone: true, Final: t0.Add(time.Hour), Through: t0.Add(2 * time.Hour)},
+		{SweepDone: true, Final: t0.Add(time.Hour)}, // nothing lazy beyond the sweep
+	} {
+		for _, cutoff := range []time.Time{t0, last.Final.Add(-time.Microsecond), last.Final} {
+			if !reusePromotion(last, t0, t0.Add(time.Millisecond), cutoff, time.Hour) {
+				continue
+			}
+			if got := last.ClaimCutoff(cutoff); !got.Before(last.Final) {
+				t.Errorf("%+v, cutoff %s: a reused pass claims up to %s, not below final", last, cutoff, got)
+			}
 		}
 	}
 }

@@ -310,6 +310,12 @@ type Config struct {
 	// dispatcher down for hours catches up pass by pass, claiming between
 	// them). Zero value: 5,000.
 	PromoteBatch int
+	// PromoteEvery is the least time between two promoter passes of a
+	// Loop's passes while nothing needs one (reusePromotion): a pass within
+	// it of the last complete sweep, whose cutoff is still below that
+	// sweep's final watermark, claims without a promoter pass. Zero value:
+	// 1 second; negative: a promoter pass before every claim (as before).
+	PromoteEvery time.Duration
 	// MinGap is Loop's least time between the starts of two passes: a pass
 	// starts when the next pending row is due, but never sooner than MinGap
 	// after the last one started (Loop's every bounds it from above; a
@@ -322,8 +328,11 @@ type Config struct {
 // dispatcher's loop wakes when rows are due").
 const DefaultMinGap = 50 * time.Millisecond
 
-// WithDefaults returns c with each zero (or negative) field set to its
-// default. It is the one place the defaults are written: the dispatcher's
+// DefaultPromoteEvery is PromoteEvery's zero value.
+const DefaultPromoteEvery = time.Second
+
+// WithDefaults returns c with each zero (or negative; PromoteEvery: zero)
+// field set to its default. It is the one place the defaults are written: the dispatcher's
 // flags (internal/fleet) take theirs from it.
 func (c Config) WithDefaults() Config {
 	if c.Batch <= 0 {
@@ -355,6 +364,9 @@ func (c Config) WithDefaults() Config {
 	if c.MinGap <= 0 {
 		c.MinGap = DefaultMinGap
 	}
+	if c.PromoteEvery == 0 { // negative stays: every pass
+		c.PromoteEvery = DefaultPromoteEvery
+	}
 	return c
 }
 
@@ -366,6 +378,12 @@ type Dispatcher struct {
 	// AfterRun, when set, is called with every run's summary (to record the
 	// run's heartbeat and push its metrics).
 	AfterRun func(ctx context.Context, sum Summary, err error)
+
+	// lastPromo is the last promoter pass of this dispatcher and the clock
+	// when it started (reusePromotion). Passes run one at a time (Loop), so
+	// it needs no lock.
+	lastPromo   store.Promotion
+	lastPromoAt time.Time
 }
 
 // Summary describes one run, or (from Loop, merged) the passes of a loop
@@ -401,17 +419,49 @@ type Summary struct {
 // promote runs one promoter pass (store.Promote) up to the run's clock plus
 // H and notes it in sum.
 func (d *Dispatcher) promote(ctx context.Context, cfg Config, sum *Summary) (store.Promotion, error) {
-	p, err := d.Store.Promote(ctx, d.Clock.Now().Add(cfg.PromoteAhead), cfg.PromoteAhead, cfg.PromoteBatch)
+	at := d.Clock.Now()
+	p, err := d.Store.Promote(ctx, at.Add(cfg.PromoteAhead), cfg.PromoteAhead, cfg.PromoteBatch)
 	if err != nil {
 		return p, err
 	}
+	d.lastPromo, d.lastPromoAt = p, at
 	sum.Promoted += p.Promoted
 	sum.Final, sum.Through = p.Final, p.Through
 	return p, nil
 }
 
+// reusePromotion reports whether a pass at now with claim cutoff cutoff may
+// claim without a promoter pass of its own, on the strength of the last one
+// (last, started at lastAt): only if that pass completed its sweep (it did
+// not stop at its batch limit: a dispatcher catching up runs one before
+// every claim), started less than every ago (every negative: never; a clock
+// that went back: never), and cutoff lies below its final watermark.
+//
+// Why no lazy reminder can become late because of it: below final every
+// committed lazy reminder has its state row, and a transaction still in
+// flight writes lazy reminders only at least the lazy-intake horizon (2h)
+// after its clock, far past final (store.Promote's doc). So a claim up to a
+// cutoff below final takes exactly the rows it would have taken after a
+// promoter pass: that pass would have inserted state rows due only past
+// cutoff. What the skip delays is the promotion of reminders due later,
+// those the next sweep reaches (up to H, 1h, ahead), by at most every (1s):
+// each is still promoted about H - every before it is due. And the skip
+// ends the moment the cutoff reaches final (a sweep held back by a long
+// web transaction, a clock that jumped): from then on every pass runs the
+// promoter before it claims, as before.
+func reusePromotion(last store.Promotion, lastAt, now, cutoff time.Time, every time.Duration) bool {
+	if every < 0 || lastAt.IsZero() || !last.SweepDone {
+		return false
+	}
+	if now.Before(lastAt) || now.Sub(lastAt) >= every {
+		return false
+	}
+	return cutoff.Before(last.Final)
+}
+
 // RunOnce runs one dispatch pass with the cutoff taken now. It first runs a
-// promoter pass (the state rows of lazy reminders due up to H ahead), and
+// promoter pass (the state rows of lazy reminders due up to H ahead; none
+// when the last one is recent enough, reusePromotion), and
 // claims only up to the promoter's provisional end when that is before the
 // cutoff; while a sweep is incomplete (a dispatcher back after hours), one
 // bounded pass runs before each claim. Batches overlap
@@ -430,6 +480,10 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		return sum, err
 	}
 	var promo store.Promotion // SweepDone false: the first iteration runs a pass
+	if reusePromotion(d.lastPromo, d.lastPromoAt, start, sum.Cutoff, cfg.PromoteEvery) {
+		promo = d.lastPromo // SweepDone: no pass; its final bounds nothing below the cutoff
+		sum.Final, sum.Through = promo.Final, promo.Through
+	}
 	var err error
 	var slowest time.Duration
 	var running chan enqueued // the previous batch's Enqueue, if any

@@ -252,3 +252,64 @@ func TestRunUnderLongWebTransaction(t *testing.T) {
 	require.Equal(t, 3, messages, "one message per reminder")
 	require.Less(t, finalAge(), 1.0, "final is ahead of the clock again")
 }
+
+// passedAt is when the promoter's last pass saved the watermark.
+func (b bundle) passedAt(t *testing.T) time.Time {
+	t.Helper()
+	var at time.Time // the epoch: no pass yet
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT coalesce(passed_at, 'epoch') FROM nudge_promoter`).Scan(&at))
+	return at
+}
+
+// A loop's pass runs no promoter pass of its own only within PromoteEvery
+// of the last one that completed its sweep, and only while its cutoff is
+// below that sweep's final watermark; such a pass still claims what is due.
+// At final (where a lazy reminder may lack its state row) it promotes
+// first, however recent the last pass. The clock is a fake one, moved.
+func TestRunSkipsPromoterPassOnlyBelowFinal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	t0 := b.now
+	f := clock.NewFake(t0)
+	d := b.dispatcher(b.mq.URL, b.mq.Topology, f, dispatch.Config{PromoteAhead: 10 * time.Second})
+	pass := func(at time.Time) (dispatch.Summary, bool) {
+		t.Helper()
+		f.Set(at)
+		before := b.passedAt(t)
+		sum, err := d.RunOnce(ctx)
+		require.NoError(t, err)
+		return sum, !b.passedAt(t).Equal(before)
+	}
+
+	_, promoted := pass(t0)
+	require.True(t, promoted, "the first pass promotes")
+	_, promoted = pass(t0.Add(100 * time.Millisecond))
+	require.True(t, promoted, "final is still the schema's initial one, behind the cutoff: the pass promotes")
+	b.scheduleAt(t, "due", t0.Add(150*time.Millisecond))
+	sum, promoted := pass(t0.Add(200 * time.Millisecond))
+	require.False(t, promoted, "within a second of a complete sweep, below final: no promoter pass")
+	require.Equal(t, 1, sum.Enqueued, "the skipped pass claims what is due")
+	require.True(t, sum.Final.After(t0.Add(200*time.Millisecond)), "it reports the last pass's final: %s", sum.Final)
+	_, promoted = pass(t0.Add(1100 * time.Millisecond))
+	require.True(t, promoted, "a second after the last promoter pass: the pass promotes")
+
+	// PromoteEvery an hour: only final decides.
+	d = b.dispatcher(b.mq.URL, b.mq.Topology, f, dispatch.Config{PromoteAhead: 10 * time.Second, PromoteEvery: time.Hour})
+	sum, promoted = pass(t0.Add(1200 * time.Millisecond))
+	require.True(t, promoted, "a new dispatcher has no pass of its own to go by")
+	final := sum.Final
+	require.True(t, final.After(t0.Add(1200*time.Millisecond)), "final %s", final)
+	_, promoted = pass(final.Add(-time.Microsecond))
+	require.False(t, promoted, "just below final: no promoter pass")
+	_, promoted = pass(final)
+	require.True(t, promoted, "at final a lazy reminder due then may lack its state row: the pass promotes first")
+
+	// Negative: the promoter before every claim, as before.
+	d = b.dispatcher(b.mq.URL, b.mq.Topology, f, dispatch.Config{PromoteAhead: 10 * time.Second, PromoteEvery: -1})
+	for i := range 3 {
+		_, promoted = pass(final.Add(time.Duration(i) * time.Millisecond))
+		require.True(t, promoted, "pass %d", i)
+	}
+}

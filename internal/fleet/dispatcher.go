@@ -45,6 +45,8 @@ func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
 		"run in a loop instead of once: a pass as soon as the next pending reminder is due, at most DURATION after the last one started (compose, a long-running dispatcher)")
 	fs.DurationVar(&o.Config.MinGap, "min-gap", def.MinGap,
 		"with --every, the least time between the starts of two passes: a steady stream of due reminders is claimed a pass every --min-gap")
+	fs.DurationVar(&o.Config.PromoteEvery, "promote-every", def.PromoteEvery,
+		"with --every, the least time between two promoter passes while the cutoff stays below the promoter's final watermark (a pass within it claims without one); negative: one before every pass")
 	fs.StringVar(&o.Pushgateway, "pushgateway", "", "Prometheus Pushgateway address to push each run's summary to (empty: none)")
 }
 

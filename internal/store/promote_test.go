@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -453,4 +455,66 @@ func TestPromoterUnderTwoWebTransactions(t *testing.T) {
 	require.True(t, state("web-1"))
 	p = step()
 	require.True(t, p.Final.Equal(until), "both gone: final moves (%s)", p.Final)
+}
+
+// planNodes lists every node of a plan as "Node Type relation index".
+func planNodes(n planNode, into *[]string) {
+	*into = append(*into, strings.TrimSpace(n.NodeType+" "+n.Relation+" "+n.Index))
+	for _, p := range n.Plans {
+		planNodes(p, into)
+	}
+}
+
+// A promoter pass runs before every claim of a loop at --min-gap, lazy
+// reminders or not: its "is any lazy reminder due at or past until" must
+// read the first entry of reminders_due_order past until, not the table.
+// An EXISTS there was planned, on a table without statistics (just after a
+// bulk intake) and no lazy row, as a sequential scan of reminders (the
+// planner drops an EXISTS subquery's ORDER BY and LIMIT): every row read on
+// each pass.
+func TestPromoteBeyondReadsTheDueOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		lazy    string // which of the 20,000 rows are lazy
+		analyze bool
+	}{
+		{name: "no statistics, none lazy", lazy: "false"},
+		{name: "analyzed, none lazy", lazy: "false", analyze: true},
+		{name: "analyzed, one in 1,000 lazy", lazy: "i % 1000 = 0", analyze: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testenv.Postgres(t)
+			now := time.Now()
+			_, err := db.Pool.Exec(ctx, `INSERT INTO reminders (tenant, key, channel, recipient, template, data, due_at,
+				deadline, idempotency_key, lazy)
+				SELECT 'tenant-' || i % 4, 'beyond:' || i, 'sms', '+1415' || lpad(i::text, 7, '0'), 'course-expiry', '{}',
+				       $1::timestamptz + i * interval '1 second', $1::timestamptz + interval '1 day', 'beyond-' || i, `+
+				tc.lazy+`
+				  FROM generate_series(1, 20000) i`, now)
+			require.NoError(t, err)
+			if tc.analyze {
+				_, err = db.Pool.Exec(ctx, `ANALYZE reminders`)
+				require.NoError(t, err)
+			}
+			var raw []byte
+			require.NoError(t, db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+query("Promote"), pgx.NamedArgs{
+				"after_due": now, "after_id": int64(0), "until": now.Add(time.Hour), "limit": 5000}).Scan(&raw))
+			var out []explained
+			require.NoError(t, json.Unmarshal(raw, &out))
+			var nodes, onReminders []string
+			planNodes(out[0].Plan, &nodes)
+			for _, n := range nodes {
+				if f := strings.Fields(n); len(f) >= 2 && f[len(f)-2] == "reminders" || strings.HasSuffix(n, " reminders") {
+					onReminders = append(onReminders, n)
+				}
+			}
+			require.NotContains(t, onReminders, "Seq Scan reminders", "%q", nodes)
+			require.Len(t, onReminders, 2, "the sweep's scan and the look past until: %q", nodes)
+			require.Contains(t, []string{"Index Only Scan reminders reminders_due_order", "Index Scan reminders reminders_due_order"},
+				onReminders[1], "the look past until reads the due order's first entry: %q", nodes)
+		})
+	}
 }

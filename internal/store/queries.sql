@@ -802,7 +802,12 @@ SELECT p.final_until, p.prov_until, p.prov_wait, to_jsonb(p) ? 'floor_wait',
 -- its row (promoted by an earlier sweep, or by a write before slice 3's
 -- materialization) keeps it. Returns the reminders read, the rows inserted,
 -- the last key read (the next cursor), and whether any lazy reminder is due
--- at or after @until (none: nothing bounds the claim).
+-- at or after @until (none: nothing bounds the claim): the first entry of
+-- reminders_due_order at or past @until, an index scan that stops at its
+-- first tuple. Not an EXISTS: the planner drops an EXISTS subquery's ORDER
+-- BY and LIMIT and, with few or no lazy rows, read all of reminders in a
+-- sequential scan on every pass (~1 ms at a few 10,000 rows, per pass of a
+-- loop at --min-gap; TestPromoteBeyondReadsTheDueOrder).
 WITH scan AS MATERIALIZED (
     SELECT r.id, r.tenant, r.channel, r.due_at, r.deadline, r.tz, r.window_open, r.window_close, r.window_days
       FROM reminders r
@@ -821,7 +826,10 @@ WITH scan AS MATERIALIZED (
     SELECT due_at, id FROM scan ORDER BY due_at DESC, id DESC LIMIT 1
 )
 SELECT (SELECT count(*) FROM scan), (SELECT count(*) FROM ins), (SELECT due_at FROM last), (SELECT id FROM last),
-       EXISTS (SELECT 1 FROM reminders r WHERE r.lazy AND r.due_at >= @until::timestamptz);
+       (SELECT r.due_at FROM reminders r
+         WHERE r.lazy AND r.due_at >= @until::timestamptz
+         ORDER BY r.due_at, r.id
+         LIMIT 1) IS NOT NULL;
 
 -- name: PromoterSave
 -- The watermark after a pass (decided by promote.go's startSweep and
