@@ -153,6 +153,9 @@ func (c *sendCtx) end(err error, byParent bool) {
 		return
 	}
 	c.err = err
+	if c.joined {
+		c.watch.remove(c) // before Done closes: a closed Done has left the watch
+	}
 	if c.done != nil {
 		close(c.done)
 	}
@@ -161,11 +164,7 @@ func (c *sendCtx) end(err error, byParent bool) {
 	}
 	afters, onCancel := c.afters, c.onCancel
 	c.afters, c.onCancel = nil, nil
-	watch, joined := c.watch, c.joined
 	c.mu.Unlock()
-	if joined {
-		watch.remove(c)
-	}
 	for _, a := range afters {
 		go a.once.Do(a.f)
 	}
@@ -262,7 +261,7 @@ func newSendWatch(parent context.Context) *sendWatch {
 // close stops watching; the batch's sends have returned.
 func (w *sendWatch) close() { w.stop() }
 
-// add lists c. A context listed after the batch context ended is ended
+// add lists c (c.mu held). A context listed after the batch context ended is ended
 // by its own check of the parent, which every caller makes after joining.
 func (w *sendWatch) add(c *sendCtx) {
 	w.mu.Lock()
@@ -278,7 +277,7 @@ func (w *sendWatch) add(c *sendCtx) {
 	w.head = c
 }
 
-// remove unlists c.
+// remove unlists c (c.mu held: the order is c.mu, then w.mu).
 func (w *sendWatch) remove(c *sendCtx) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
