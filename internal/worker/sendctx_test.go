@@ -275,3 +275,30 @@ func TestSendPastItsDeadlineIsAbortedAtTheProvider(t *testing.T) {
 		"the provider saw the client go")
 	require.Zero(t, fake.Stats().Accepted)
 }
+
+// Shutdown with a batch in flight: the batch's one watch cuts every send
+// (each on its own runner), and nothing is recorded (the send leases expire
+// and the reconciler retries with the same idempotency keys).
+func TestShutdownCancelsABatchInFlight(t *testing.T) {
+	t.Parallel()
+	fake := fakesms.New(fakesms.WithConfig(fakesms.Config{Delay: time.Minute}))
+	w := sendCtxWorker(t, Config{SendTimeout: time.Minute}, fake)
+	items := []*item{sendCtxItem(11, "sendctx-b1"), sendCtxItem(12, "sendctx-b2"), sendCtxItem(13, "sendctx-b3")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.sendAndRecord(ctx, items)
+	}()
+	require.Eventually(t, func() bool { return fake.Stats().Attempts == len(items) }, 5*time.Second, time.Millisecond,
+		"every request reached the provider")
+	cancel()
+	waitClosed(t, done, "batch")
+	for _, it := range items {
+		require.Equal(t, "canceled", it.code, "reminder %d: %s", it.row.ID, it.out.Reason)
+		require.Equal(t, unsettled, it.settled, "nothing settled")
+	}
+	require.Eventually(t, func() bool { return fake.Stats().ClientGone == len(items) }, 5*time.Second, time.Millisecond)
+	require.Zero(t, fake.Stats().Accepted)
+}
