@@ -202,6 +202,34 @@ func PermanentError(code string, err error) *Error {
 	return &Error{Kind: Permanent, Code: code, Err: err}
 }
 
+// CancelWatcher is a send context (the worker's) that tells an adapter when
+// the send is canceled (the worker's grace period ran out at shutdown)
+// without a timer, a goroutine or an allocation per send. An adapter that
+// enforces ctx.Deadline() itself (a connection deadline) needs nothing else
+// from the context, and watches with it instead of context.AfterFunc, which
+// would arm the context's deadline timer. Adapters that do not are
+// unaffected: context.AfterFunc still works on such a context.
+type CancelWatcher interface {
+	context.Context
+	// WatchCancel interrupts r when the context is canceled before
+	// StopWatching is called (at once if it has already ended). It does not
+	// when the deadline passes: the caller enforces Deadline. One watch at
+	// a time.
+	WatchCancel(r Interrupter)
+	// StopWatching undoes WatchCancel. It reports whether it did so before
+	// r was interrupted; false: r was or is being interrupted, or the
+	// context ended.
+	StopWatching() bool
+}
+
+// Interrupter is a request in flight that can be cut short: Interrupt
+// makes its blocked reads and writes return at once (a connection sets a
+// deadline in the past). A pointer that implements it is passed to
+// CancelWatcher without allocating, where a closure would be.
+type Interrupter interface {
+	Interrupt()
+}
+
 // WithTimeout is context.WithTimeout(ctx, timeout) for an adapter's request,
 // except that it returns ctx itself (and a no-op cancel) when ctx's own
 // deadline comes first: the worker sends with a context bounded by its

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/nudgehq/nudge/internal/provider"
 )
 
 // This file is the default transport of both adapters' clients (Client and
@@ -166,6 +168,9 @@ func (c *lazyConn) Close() error {
 	return c.Conn.Close()
 }
 
+// Interrupt ends the connection's blocked read or write at once.
+func (c *lazyConn) Interrupt() { _ = c.SetDeadline(past) }
+
 // connect dials d.addr (and shakes hands for https) within ctx.
 func (c *lazyConn) connect(ctx context.Context, d *directClient) error {
 	conn, err := d.dialer.DialContext(ctx, "tcp", d.addr)
@@ -238,7 +243,16 @@ func (d *directClient) exchange(ctx context.Context, req []byte, a *answer) (sta
 		d.pool.CloseConn(cc)
 		return 0, "", err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(past) })
+	// The connection's deadline is the context's; only a cancellation
+	// needs watching. The worker's send context tells it without arming a
+	// timer (provider.CancelWatcher); any other through context.AfterFunc.
+	cw, watched := ctx.(provider.CancelWatcher)
+	var stop func() bool
+	if watched {
+		cw.WatchCancel(conn)
+	} else {
+		stop = context.AfterFunc(ctx, conn.Interrupt)
+	}
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
@@ -248,7 +262,12 @@ func (d *directClient) exchange(ctx context.Context, req []byte, a *answer) (sta
 		err = resp.ReadLimitBody(br, 2*maxResponseBody)
 		d.pool.ReleaseReader(br)
 	}
-	canceled := !stop()
+	var canceled bool
+	if watched {
+		canceled = !cw.StopWatching()
+	} else {
+		canceled = !stop()
+	}
 	if err != nil || canceled || resp.ConnectionClose() {
 		d.pool.CloseConn(cc)
 	} else {

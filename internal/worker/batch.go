@@ -54,6 +54,8 @@ type item struct {
 	// adapter calls, costs one allocation per send rather than three.
 	refused atomic.Pointer[verdict]
 	opened  atomic.Int64
+	// sctx is the context of the attempt's provider call (sendctx.go).
+	sctx sendCtx
 	// provider is the provider the attempt is recorded as going to
 	// (delivery_attempts.provider), "" when none.
 	provider string

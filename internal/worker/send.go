@@ -36,17 +36,23 @@ func (w *Worker) sendAndRecord(ctx context.Context, sending []*item) {
 	if !w.readUnknown(ctx, sending) {
 		return // nothing sent: the send leases expire and the reconciler retries
 	}
+	// The sends go to the runners as tasks of one batch (an index into
+	// sending), not a closure each; one watch ends their contexts if ctx
+	// ends while they are in flight.
+	watch := newSendWatch(ctx)
 	var wg sync.WaitGroup
 	wg.Add(len(sending))
-	for _, it := range sending {
+	ts := &tasks{run: func(i int) {
+		defer wg.Done()
+		defer w.releaseSend()
+		w.sendWith(ctx, watch, sending[i])
+	}}
+	for i := range sending {
 		w.acquireSend()
-		sendRunners.run(func() {
-			defer wg.Done()
-			defer w.releaseSend()
-			w.send(ctx, it)
-		})
+		sendRunners.run(task{ts, i})
 	}
 	wg.Wait()
+	watch.close()
 	faults.Inject(faults.WorkerAfterSend)
 
 	if ctx.Err() != nil {
@@ -131,7 +137,20 @@ func (w *Worker) settleRecorded(ctx context.Context, sending []*item, moved map[
 }
 
 // sendRunners runs every worker's sends in this process.
-var sendRunners = runners{work: make(chan func())}
+var sendRunners = runners{work: make(chan task)}
+
+// tasks are one batch's calls: task i is run(i). Handing a runner a task
+// (a pointer and an index, copied through the channel) allocates nothing,
+// where a closure per send did.
+type tasks struct {
+	run func(i int)
+}
+
+// task is call i of a batch.
+type task struct {
+	ts *tasks
+	i  int
+}
 
 // runnerIdle is how long a runner waits for another send before it ends.
 const runnerIdle = 5 * time.Second
@@ -147,25 +166,25 @@ const runnerIdle = 5 * time.Second
 // send to the next. Runners idle for runnerIdle end, so an idle process
 // keeps none.
 type runners struct {
-	work chan func() // unbuffered: a call is handed only to an idle runner
+	work chan task // unbuffered: a call is handed only to an idle runner
 }
 
-// run calls f on an idle runner, or on a new one if none is idle; it does
-// not wait for f to return.
-func (r *runners) run(f func()) {
+// run runs t on an idle runner, or on a new one if none is idle; it does
+// not wait for t to return.
+func (r *runners) run(t task) {
 	select {
-	case r.work <- f:
+	case r.work <- t:
 	default:
-		go r.loop(f)
+		go r.loop(t)
 	}
 }
 
-func (r *runners) loop(f func()) {
+func (r *runners) loop(f task) {
 	idle := time.NewTimer(runnerIdle)
 	defer idle.Stop()
 	for {
-		f()
-		f = nil // keep nothing of the last call alive while idle
+		f.ts.run(f.i)
+		f = task{} // keep nothing of the last call alive while idle
 		idle.Reset(runnerIdle)
 		select {
 		case f = <-r.work:
@@ -178,6 +197,13 @@ func (r *runners) loop(f func()) {
 // send calls the provider for one claimed attempt and records in it.out
 // what the decision steps make of it.
 func (w *Worker) send(ctx context.Context, it *item) {
+	watch := newSendWatch(ctx)
+	defer watch.close()
+	w.sendWith(ctx, watch, it)
+}
+
+// sendWith is send, for one of the sends whose contexts watch ends.
+func (w *Worker) sendWith(ctx context.Context, watch *sendWatch, it *item) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.decided(it, onPanic(p), "")
@@ -201,8 +227,12 @@ func (w *Worker) send(ctx context.Context, it *item) {
 	// The call is bounded by the deadline as well as by SendTimeout: the
 	// provider answers before the deadline or the call is cut (on the
 	// worker's clock: the bound is the time left, not a wall-clock instant).
-	sctx, cancel := context.WithTimeout(ctx, min(w.cfg.SendTimeout, it.row.Deadline.Sub(w.clock.Now())))
-	defer cancel()
+	// The bound is decided on the worker's clock and enforced on the wall
+	// clock, as context.WithTimeout did; sctx arms a timer only if the
+	// adapter waits on its Done (sendctx.go).
+	sctx := &it.sctx
+	sctx.start(ctx, watch, time.Now().Add(min(w.cfg.SendTimeout, it.row.Deadline.Sub(w.clock.Now()))))
+	defer sctx.release()
 	// The adapter runs the same check again right before the request leaves,
 	// after its own waits (for SMTP, a free pooled connection and the dial);
 	// the latency is measured from there, so those waits do not widen the
