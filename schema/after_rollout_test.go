@@ -104,7 +104,9 @@ func TestPlanWithTwoAfterRolloutSteps(t *testing.T) {
 // 0045 the expiry's old index (reminder_state_unsent_deadline), whose
 // readers this release rewrote; 0048 the index of every terminal row
 // (reminder_state_terminal), whose readers read the unpurged and the
-// purged rows' indexes (0047) instead.
+// purged rows' indexes (0047) instead; 0049 the dispatcher's envelope limit
+// of 200 (nudge_envelope_limit), which the previous release's workers, at
+// 100, would refuse.
 func TestAfterRolloutMigrations(t *testing.T) {
 	t.Parallel()
 	migs, err := schema.Migrations()
@@ -117,7 +119,8 @@ func TestAfterRolloutMigrations(t *testing.T) {
 	}
 	require.Equal(t, []string{"0035_drop_state_mirror.after-rollout", "0037_drop_wide_state_columns.after-rollout",
 		"0041_drop_pending_tenant.after-rollout", testenv.LazyIntakeOn(t).String(),
-		"0045_drop_unsent_deadline.after-rollout", "0048_drop_terminal_index.after-rollout"}, after)
+		"0045_drop_unsent_deadline.after-rollout", "0048_drop_terminal_index.after-rollout",
+		"0049_envelope_limit.after-rollout"}, after)
 }
 
 // Migrate leaves the mirror's drop waiting, and reports it; the after-rollout

@@ -56,7 +56,7 @@ func selfCPU() time.Duration {
 // its wall-clock rate, hardly move with the machine's other load, and the
 // messages it left in the queue. NUDGE_BENCH_ENVELOPE sets
 // Config.EnvelopeSize (default 1), NUDGE_BENCH_BURST Config.BurstEnvelopeSize
-// (default: the product's, 100, or 1 at envelope 1; every full claim is a
+// (default: the product's, 200, or 1 at envelope 1; every full claim is a
 // burst); the RabbitMQ node's CPU is reported when
 // its beam.smp runs on this host (shared with whatever else uses it).
 // NUDGE_BENCH_CPUPROFILE=FILE writes a CPU profile of the pass alone.

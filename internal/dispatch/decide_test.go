@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/store"
 )
 
@@ -110,12 +111,12 @@ func TestEnvelopeSize(t *testing.T) {
 		want int
 	}{
 		{"defaults, nothing due left after the claim", Config{}, false, 50},
-		{"defaults, due rows left: a burst", Config{}, true, 100},
-		{"steady size set, burst by default", Config{EnvelopeSize: 20}, true, 100},
+		{"defaults, due rows left: a burst", Config{}, true, message.MaxBatchEntries},
+		{"steady size set, burst by default", Config{EnvelopeSize: 20}, true, message.MaxBatchEntries},
 		{"single messages: no envelopes in a burst either", Config{EnvelopeSize: 1}, true, 1},
 		{"single messages with a burst size set", Config{EnvelopeSize: 1, BurstEnvelopeSize: 100}, true, 100},
 		{"burst size below the steady one", Config{EnvelopeSize: 80, BurstEnvelopeSize: 60}, true, 80},
-		{"burst size above the envelope's bound", Config{BurstEnvelopeSize: 500}, true, 100},
+		{"burst size above the envelope's bound", Config{BurstEnvelopeSize: 500}, true, message.MaxBatchEntries},
 		{"burst size set, not a burst", Config{BurstEnvelopeSize: 70}, false, 50},
 	} {
 		if got := envelopeSize(tc.cfg.WithDefaults(), tc.more); got != tc.want {

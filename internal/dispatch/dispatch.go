@@ -281,7 +281,8 @@ type Config struct {
 	// CronJob's activeDeadlineSeconds. Zero value: 4 minutes.
 	Budget time.Duration
 	// EnvelopeSize is how many reminders of one channel one message carries
-	// (a message.Batch envelope, at most message.MaxBatchEntries): one
+	// (a message.Batch envelope, at most message.MaxBatchEntries and at
+	// most the envelope limit, envelope_limit.go): one
 	// publish, confirm, delivery and ack for that many; 1 is a message per
 	// reminder. Workers older than envelopes dead-letter them (the
 	// reconciler then republishes each reminder once it is overdue): every
@@ -295,11 +296,14 @@ type Config struct {
 	// statement on the worker (~0.4–0.5 ms of PostgreSQL CPU apiece whatever
 	// its rows), and waiting reminders wait anyway. A claim that takes
 	// everything due (a steady trickle) uses EnvelopeSize, where a smaller
-	// envelope is done sooner. Workers of the releases since 2026-12-01 accept envelopes
-	// of up to message.MaxBatchEntries. Zero value: 100
+	// envelope is done sooner. Workers of the releases since 2026-12-01
+	// accept envelopes of up to 100, this release's up to 200
+	// (message.MaxBatchEntries): a run caps it at the envelope limit the
+	// database gives (store.EnvelopeLimit: 100 until the after-rollout
+	// migration 49, then 200; envelope_limit.go). Zero value: 200
 	// (message.MaxBatchEntries), or 1 when EnvelopeSize is 1 (no envelopes
 	// at all: the way back to workers older than them, docs/deploy.md);
-	// at most 100, never below EnvelopeSize.
+	// at most 200, never below EnvelopeSize.
 	BurstEnvelopeSize int
 	// PromoteAhead is H of the due-ordered store (schema 38): a run's
 	// promoter passes insert the state rows of lazy reminders due up to H
@@ -384,6 +388,9 @@ type Dispatcher struct {
 	// it needs no lock.
 	lastPromo   store.Promotion
 	lastPromoAt time.Time
+
+	// limit is the envelope limit read last (envelope_limit.go).
+	limit envelopeLimit
 }
 
 // Summary describes one run, or (from Loop, merged) the passes of a loop
@@ -468,10 +475,12 @@ func reusePromotion(last store.Promotion, lastAt, now, cutoff time.Time, every t
 // by one: while a batch is published and recorded (Enqueue), the next one is
 // claimed, so the claim's database work runs beside the broker's confirms
 // and the previous record. At most one Enqueue runs at a time, so batches
-// are published in claim order.
+// are published in claim order. Its envelopes are capped at the envelope
+// limit (envelope_limit.go), read at the first run and then at most once a
+// minute.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	cfg := d.Config.WithDefaults()
 	start := d.Clock.Now()
+	cfg := capEnvelopes(d.Config.WithDefaults(), d.envelopeCap(ctx, start))
 	sum := Summary{Passes: 1, Cutoff: start}
 	if err := d.CanPublish(ctx); err != nil {
 		sum.BrokerDown = true

@@ -19,6 +19,7 @@ import (
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
 	"github.com/nudgehq/nudge/pkg/reminder"
+	"github.com/nudgehq/nudge/schema"
 )
 
 type bundle struct {
@@ -529,4 +530,56 @@ func TestNextDueReadsThePendingDueIndex(t *testing.T) {
 	none, err := dispatch.NextDue(ctx, b.db.Pool, b.now.Add(time.Hour))
 	require.NoError(t, err)
 	require.True(t, none.IsZero(), "nothing pending after it: %v", none)
+}
+
+// Issue 18's envelopes of 200 wait for the after-rollout step: on the
+// schema as it is while the previous release's workers (which refuse more
+// than 100 entries) may run, no envelope carries more than 100; once
+// migration 49 has run, the dispatcher sees it at its next read of the
+// limit (a minute on its clock after the last) and sends envelopes of 200.
+func TestEnvelopesStayAtThePreviousLimitUntilTheAfterRolloutStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	keys, err := message.ParseKeys("k1:0123456789abcdef0123")
+	require.NoError(t, err)
+	b := bundle{db: testenv.PostgresBeforeRollout(t), mq: testenv.RabbitMQ(t), keys: keys, now: time.Now()}
+	c := clock.NewFake(b.now)
+	d := b.dispatcher(b.mq.URL, b.mq.Topology, c, dispatch.Config{EnvelopeSize: 200, BurstEnvelopeSize: 200})
+	schedule := func(prefix string, n int) {
+		var reqs []intake.Request
+		for i := range n {
+			reqs = append(reqs, intake.Request{Tenant: "acme", Key: fmt.Sprintf("%s-%d", prefix, i), Channel: reminder.SMS,
+				Recipient: fmt.Sprintf("+1415555%04d", i), Template: "course-expiry",
+				DueAt: c.Now().Add(-time.Minute), Deadline: c.Now().Add(time.Hour)})
+		}
+		out, err := intake.ScheduleMany(ctx, b.db.Pool, reqs)
+		require.NoError(t, err)
+		for _, o := range out {
+			require.NoError(t, o.Err)
+		}
+	}
+	run := func() []int {
+		t.Helper()
+		sum, err := d.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 250, sum.Enqueued)
+		var sizes []int
+		for _, envs := range b.drain(t, "sms") {
+			sizes = append(sizes, len(envs))
+		}
+		return sizes
+	}
+
+	schedule("before", 250)
+	require.Equal(t, []int{100, 100, 50}, run(), "before migration 49: the previous release's limit")
+
+	_, err = schema.MigrateAfterRollout(ctx, b.db.Pool)
+	require.NoError(t, err)
+	schedule("after", 250)
+	c.Advance(59 * time.Second)
+	require.Equal(t, []int{100, 100, 50}, run(), "the limit read 59 s ago still holds")
+
+	schedule("later", 250)
+	c.Advance(time.Second)
+	require.Equal(t, []int{200, 50}, run(), "read again a minute after: this release's limit")
 }

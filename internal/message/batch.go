@@ -49,16 +49,26 @@ type Entry struct {
 // none (version 1).
 const BatchVersion = 2
 
-// MaxBatchEntries bounds the entries of a Batch.
-const MaxBatchEntries = 100
+// MaxBatchEntries bounds the entries of a Batch: what this release's worker
+// accepts and its SealBatch writes. A dispatcher sends envelopes of more than
+// PreviousMaxBatchEntries only once no worker of the previous release runs:
+// it reads the limit from the database (store.EnvelopeLimit), which the
+// after-rollout migration 49 raises to this value (docs/deploy.md).
+const MaxBatchEntries = 200
 
-// MaxBatchBodyBytes bounds a Batch body. An entry is about 200 bytes with a
-// 70-byte idempotency key (as dispatchers before schema version 32 sent it)
-// and a short tenant, so MaxBatchEntries of them take about 20 KiB; the bound leaves room for long tenants and stays below the
-// broker's max_message_size (64 KiB, deploy/rabbitmq/rabbitmq.conf) with
-// the headers. A batch that would be larger is refused by SealBatch
-// (ErrTooLarge) and the dispatcher cuts it in two. Like MaxBodyBytes, it is
-// checked before anything else.
+// PreviousMaxBatchEntries is MaxBatchEntries of the previous release: the
+// largest envelope its workers accept (they dead-letter a larger one as
+// malformed). It is the dispatcher's limit until migration 49 applies.
+const PreviousMaxBatchEntries = 100
+
+// MaxBatchBodyBytes bounds a Batch body. An entry is about 90 bytes with a
+// short tenant and no idempotency key (since schema version 32), about 160
+// with the 70-byte key that dispatchers before it sent, so MaxBatchEntries
+// of them take about 18 KiB (31 KiB with keys); the bound leaves room for
+// longer tenants and stays below the broker's max_message_size (64 KiB,
+// deploy/rabbitmq/rabbitmq.conf) with the headers. A batch that would be
+// larger is refused by SealBatch (ErrTooLarge) and the dispatcher cuts it in
+// two. Like MaxBodyBytes, it is checked before anything else.
 const MaxBatchBodyBytes = 48 << 10
 
 // batchPrefix starts every Batch body SealBatch writes.

@@ -3,6 +3,7 @@ package message
 import (
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,15 @@ func TestBatchRoundTripGivesEachEntryAsAnEnvelope(t *testing.T) {
 	body, hdr, err := k.SealBatch(b)
 	require.NoError(t, err)
 	require.True(t, IsBatch(body))
-	require.Less(t, len(body), MaxBatchBodyBytes/2, "a full batch of typical entries is far below the bound: %d bytes", len(body))
+	require.Less(t, len(body), MaxBatchBodyBytes*3/4, "a full batch of entries with keys (as before schema 32) is below the bound: %d bytes", len(body))
+	keyless := b
+	keyless.Entries = slices.Clone(b.Entries)
+	for i := range keyless.Entries {
+		keyless.Entries[i].IdempotencyKey = ""
+	}
+	kbody, _, err := k.SealBatch(keyless)
+	require.NoError(t, err)
+	require.Less(t, len(kbody), MaxBatchBodyBytes/2, "a full batch as today's dispatcher writes it is far below the bound: %d bytes", len(kbody))
 
 	envs, batch, err := k.OpenAll(body, hdr, nil)
 	require.NoError(t, err)
@@ -129,9 +138,9 @@ func TestSealBatchBounds(t *testing.T) {
 	}
 	_, _, err = k.SealBatch(big)
 	require.True(t, errors.Is(err, ErrTooLarge), "%v", err)
-	big.Entries = big.Entries[:MaxBatchEntries/2]
+	big.Entries = big.Entries[:MaxBatchEntries/4]
 	_, _, err = k.SealBatch(big)
-	require.NoError(t, err, "half of the worst case fits: the dispatcher halves a batch that does not")
+	require.NoError(t, err, "a quarter of the worst case fits: the dispatcher halves a batch until it does")
 }
 
 // BatchLen counts what SealBatch wrote, whatever the tenants and keys hold,
@@ -140,7 +149,7 @@ func TestBatchLen(t *testing.T) {
 	t.Parallel()
 	k, err := ParseKeys("k1:0123456789abcdef0123")
 	require.NoError(t, err)
-	for _, n := range []int{1, 2, 50, MaxBatchEntries} {
+	for _, n := range []int{1, 2, 50, PreviousMaxBatchEntries, PreviousMaxBatchEntries + 1, MaxBatchEntries} {
 		b := testBatch(n)
 		b.Entries[0].Tenant = `{"id":1}` // escaped in the body: not an entry
 		body, _, err := k.SealBatch(b)

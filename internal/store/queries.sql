@@ -849,3 +849,12 @@ UPDATE nudge_promoter
    SET final_until = @final_until, prov_until = @prov_until, prov_wait = coalesce(@prov_wait::text[], prov_wait),
        sweep_until = @sweep_until, sweep_wait = @sweep_wait, sweep_prev_done = @sweep_prev_done,
        cursor_due = @cursor_due, cursor_id = @cursor_id, passed_at = statement_timestamp(), ahead = @ahead::interval;
+
+-- name: EnvelopeLimitExists
+-- Whether the envelope limit's table (after-rollout migration 49) exists:
+-- before it, EnvelopeLimit's statement would not parse.
+SELECT to_regclass('nudge_envelope_limit') IS NOT NULL;
+
+-- name: EnvelopeLimit
+-- The most reminders a dispatcher puts in one envelope (schema 49).
+SELECT max_entries FROM nudge_envelope_limit;

@@ -45,7 +45,7 @@ import (
 //
 // NUDGE_BENCH_ENVELOPE sets the dispatcher's EnvelopeSize (default 1:
 // a message per reminder), NUDGE_BENCH_BURST its BurstEnvelopeSize (default:
-// the product's, 100, or 1 at envelope 1; the pass claims full batches, so
+// the product's, 200, or 1 at envelope 1; the pass claims full batches, so
 // all but its last claim are a burst); the broker messages the dispatcher published per
 // reminder and the RabbitMQ node's CPU (its beam.smp on this host, shared
 // with whatever else uses the node) are reported beside the rest.

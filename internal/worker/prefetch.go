@@ -13,7 +13,10 @@ import "math"
 // for single messages (retries, deferrals, the reconciler's republishes,
 // an old dispatcher's), Prefetch / 50 for envelopes of 50, and never fewer
 // than 4 × Concurrency messages (16 by default: 800 reminders in envelopes
-// of 50). A consumer's
+// of 50, 3,200 in envelopes of 200, the most a worker holds at the
+// defaults: at most 16 × message.MaxBatchBodyBytes, 768 KiB, of bodies;
+// the provider calls in flight stay bounded by sendSlots and the rows read
+// by Concurrency envelopes at once). A consumer's
 // window is fixed when it is created (basic.qos before basic.consume,
 // per consumer on a quorum queue), so a new window is a new consumer on
 // the same channel: the deliveries the old one holds stay with the

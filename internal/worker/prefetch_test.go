@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/message"
 )
 
 // The consumer's window, in messages, as deliveries of a given size come:
@@ -32,6 +34,15 @@ func TestPrefetchWindow(t *testing.T) {
 		p := newPrefetch(400, 4, 50)
 		require.Equal(t, 16, p.window, "4 × Concurrency, above 400 / 50")
 		require.Empty(t, feed(p, repeat(1000, 50)...), "no new consumer")
+	})
+	t.Run("envelopes of 200 (schema 49) stay at 16 messages, the worst case held", func(t *testing.T) {
+		p := newPrefetch(400, 4, 50)
+		require.Empty(t, feed(p, repeat(1000, message.MaxBatchEntries)...), "no new consumer")
+		require.Equal(t, 16, p.window, "the floor: 4 × Concurrency")
+		// The most a worker holds at the defaults: 3,200 reminders, bodies of
+		// at most 768 KiB; its sends stay bounded by sendSlots.
+		require.Equal(t, 3200, p.window*message.MaxBatchEntries)
+		require.LessOrEqual(t, p.window*message.MaxBatchBodyBytes, 768<<10)
 	})
 	t.Run("single messages widen it to Prefetch messages in a few steps", func(t *testing.T) {
 		p := newPrefetch(400, 4, 50)

@@ -95,7 +95,7 @@ func main() {
 	flag.IntVar(&o.scalePerRun, "scale-claims", 5000, "rows claimed per scale run and layout (every table holds 2 × -runs times as many due rows on top of its size)")
 	flag.IntVar(&warmup, "warmup", warmup, "reminders (River: jobs) per worker run through every end-to-end run before its clock starts, left out of its figures (0: cold starts)")
 	flag.IntVar(&envelopeSize, "envelope-size", envelopeSize, "reminders per broker message of every dispatcher (dispatcher --envelope-size; 1: a message per reminder); the dispatcher-alone section also runs at 1")
-	flag.IntVar(&burstEnvelopeSize, "burst-envelope-size", burstEnvelopeSize, "reminders per broker message of every dispatcher while its claims leave due rows behind (dispatcher --burst-envelope-size; 0: the product's default, 100, or 1 at -envelope-size 1)")
+	flag.IntVar(&burstEnvelopeSize, "burst-envelope-size", burstEnvelopeSize, "reminders per broker message of every dispatcher while its claims leave due rows behind (dispatcher --burst-envelope-size; 0: the product's default, 200, or 1 at -envelope-size 1)")
 	flag.IntVar(&o.batch, "batch", 500, "the dispatcher's batch (scale runs and the dispatcher process)")
 	flag.IntVar(&o.procN, "proc-n", 10000, "reminders per run of the real worker and dispatcher processes")
 	flag.StringVar(&o.procProfile, "proc-cpuprofile", "", "CPU profile of the first run's sms-worker process (its --cpuprofile; empty: none)")
