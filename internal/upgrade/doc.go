@@ -6,8 +6,9 @@
 // stopped, then every new one started, on the same schema and queues), while
 // both releases' nudgectl schedule and cancel throughout. Once no old
 // component is left, the after-rollout step (nudgectl migrate
-// --after-rollout; in this release: lazy intake on, reminder_state's foreign
-// key dropped) runs under the new fleet, which goes on scheduling, canceling
+// --after-rollout; in this release: lazy intake on and reminder_state's
+// foreign key dropped (44), the old expiry and terminal indexes dropped (45,
+// 48), envelopes of up to 200 allowed (49)) runs under the new fleet, which goes on scheduling, canceling
 // and delivering, reminders left lazy by either release's intake among them
 // (the old release's nudgectl stands for an application not yet relinked).
 // It then checks what users and operators would see: every reminder terminal

@@ -313,6 +313,8 @@ func TestRollingUpgrade(t *testing.T) {
 	require.Contains(t, f.ctl("new", "migrate", "--after-rollout"), fmt.Sprintf("applied migrations %v", migrationsSince(t, 41, true)))
 	require.Equal(t, 1, count(t, db, `SELECT 1 FROM nudge_lazy_intake WHERE horizon = interval '2 hours'`))
 	require.Equal(t, 0, count(t, db, `SELECT 1 FROM pg_constraint WHERE conrelid = 'reminder_state'::regclass AND contype = 'f'`))
+	require.Equal(t, 1, count(t, db, `SELECT 1 FROM nudge_envelope_limit WHERE max_entries = 200`),
+		"envelopes of 200 allowed once no old worker runs")
 	add("old", toCancel("far-old", 10, time.Now().Add(3*time.Hour), time.Now().Add(4*time.Hour)))
 	add("new", toCancel("far-new", 10, time.Now().Add(3*time.Hour), time.Now().Add(4*time.Hour)))
 	require.Equal(t, 20, count(t, db, `SELECT 1 FROM reminders r WHERE r.key LIKE 'far-%' AND r.lazy
