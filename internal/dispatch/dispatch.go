@@ -329,8 +329,11 @@ type Config struct {
 }
 
 // DefaultMinGap is MinGap's zero value (docs/benchmarks.md, "The
-// dispatcher's loop wakes when rows are due").
-const DefaultMinGap = 50 * time.Millisecond
+// dispatcher's loop wakes when rows are due" and "The loop's minimum gap
+// at 25 ms"): at half load it cuts the p99 enqueue→terminal by about a
+// third against 50 ms for 12–15% more CPU per reminder; 20 ms gained nothing
+// more.
+const DefaultMinGap = 25 * time.Millisecond
 
 // DefaultPromoteEvery is PromoteEvery's zero value.
 const DefaultPromoteEvery = time.Second
