@@ -145,3 +145,47 @@ func TestDesignDocListsTheTransitions(t *testing.T) {
 	require.Equal(t, want, doc, "docs/design.md's transition table differs from reminder.Transitions: "+
 		"run go test ./pkg/reminder -run TestDesignDocListsTheTransitions -update")
 }
+
+// Lookup answers from an index built once; it must give what a scan of the
+// table gives for every state, kind of writer and code the table names, and
+// nothing for a combination it does not.
+func TestLookupAgreesWithTheTable(t *testing.T) {
+	t.Parallel()
+	scan := func(from reminder.State, a reminder.Actor, c reminder.Code) (reminder.Transition, bool) {
+		for _, tr := range reminder.Transitions {
+			if !tr.Legacy && tr.From == from && tr.Actor == a && tr.Code == c {
+				return tr, true
+			}
+		}
+		return reminder.Transition{}, false
+	}
+	var states []reminder.State
+	var actors []reminder.Actor
+	var codes []reminder.Code
+	for _, tr := range reminder.Transitions {
+		states = append(states, tr.From, tr.To)
+		actors = append(actors, tr.Actor)
+		codes = append(codes, tr.Code)
+	}
+	codes = append(codes, "no such code")
+	found := 0
+	for _, from := range states {
+		for _, a := range actors {
+			for _, c := range codes {
+				want, wantOK := scan(from, a, c)
+				got, ok := reminder.Lookup(from, a, c)
+				require.Equal(t, wantOK, ok, "%s by %s with %q", from, a, c)
+				require.Equal(t, want, got, "%s by %s with %q", from, a, c)
+				if ok {
+					found++
+				}
+			}
+		}
+	}
+	require.Positive(t, found)
+	_, ok := reminder.Lookup(reminder.Sending, reminder.Worker, "no such code")
+	require.False(t, ok)
+	tr, ok := reminder.Lookup(reminder.Sending, reminder.Worker, reminder.CodeDelivered)
+	require.True(t, ok)
+	require.Equal(t, reminder.Delivered, tr.To)
+}
