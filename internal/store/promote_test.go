@@ -207,11 +207,15 @@ func durationPtr(d time.Duration) *time.Duration { return &d }
 // scheduleSMS schedules one SMS reminder due at due through pkg/intake.
 func scheduleSMS(tb testing.TB, q intake.Querier, key string, due time.Time) {
 	tb.Helper()
-	res, err := intake.ScheduleMany(context.Background(), q, []intake.Request{{Tenant: "tenant-0", Key: key,
-		Channel: reminder.SMS, Recipient: "+14155550100", Template: "course-expiry",
-		Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: due.Add(24 * time.Hour)}})
+	res, err := intake.ScheduleMany(context.Background(), q, []intake.Request{smsRequest(key, due)})
 	require.NoError(tb, err)
 	require.Equal(tb, intake.Created, res[0].Status, key)
+}
+
+// smsRequest is the SMS reminder key due at due that these tests schedule.
+func smsRequest(key string, due time.Time) intake.Request {
+	return intake.Request{Tenant: "tenant-0", Key: key, Channel: reminder.SMS, Recipient: "+14155550100",
+		Template: "course-expiry", Data: map[string]any{"course": "Go 101"}, DueAt: due, Deadline: due.Add(24 * time.Hour)}
 }
 
 // lazyAndState returns, for key, reminders.lazy and whether it has a state row.
