@@ -65,6 +65,13 @@ func query(name string) string { return queries.Get(name) }
 //	nudge_promoter_final_age_seconds       now − the promoter's final watermark: 0 while final
 //	                                       runs ahead; above 0, a transaction writing reminders
 //	                                       has been open about this plus H
+//	nudge_db_oldest_transaction_age_seconds how long the oldest transaction open on this
+//	                                       database (a client's, not the scrape's) has been
+//	                                       open (0: none): while one is, vacuum cannot remove
+//	                                       what was deleted or updated since, and the claim
+//	                                       reads ever more dead versions (a statement of its own
+//	                                       over pg_stat_activity: a row per backend, bounded by
+//	                                       max_connections, never by a table)
 //	nudge_dead_letter_messages{channel}    dead-letter queue depth (when DLQDepth is set)
 //	nudge_db_scrape_success, nudge_db_scrape_duration_seconds
 //
@@ -94,7 +101,7 @@ type DBCollector struct {
 
 type collectorDescs struct {
 	newest, pendingEstimate, oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
-	promoterLag, promoterFinalAge                                                                                     *prometheus.Desc
+	promoterLag, promoterFinalAge, oldestTx                                                                           *prometheus.Desc
 }
 
 // NewDBCollector returns a collector reading db.
@@ -124,6 +131,8 @@ func (c *DBCollector) init() {
 				"Now plus the promoter's H minus its provisional end: how far short of H ahead lazy reminders get their state rows."),
 			promoterFinalAge: d("nudge_promoter_final_age_seconds",
 				"Now minus the promoter's final watermark (below it every lazy reminder has its state row); above 0 a transaction writing reminders has stayed open about this plus H."),
+			oldestTx: d("nudge_db_oldest_transaction_age_seconds",
+				"How long the oldest transaction open on this database (a client backend's, not the scrape's own, not idle) has been open; 0 when none."),
 			success:  d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
 			duration: d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
 		}
@@ -135,13 +144,14 @@ func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.init()
 	for _, d := range []*prometheus.Desc{c.descs.newest, c.descs.pendingEstimate, c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
 		c.descs.reconcileLag, c.descs.cutoffLag, c.descs.dlq, c.descs.success, c.descs.duration,
-		c.descs.promoterLag, c.descs.promoterFinalAge} {
+		c.descs.promoterLag, c.descs.promoterFinalAge, c.descs.oldestTx} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector: DBGauges, the lazy reminders'
-// estimate and the promoter's row (three small statements), bounded by Timeout.
+// estimate, the promoter's row and the oldest open transaction (four small
+// statements), bounded by Timeout.
 func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	c.init()
 	timeout := c.Timeout
@@ -203,6 +213,11 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	if ok {
 		ok = c.collectPromoter(ctx, ch, now)
 	}
+	// Read even when the gauges above failed: it needs none of Nudge's
+	// tables, and a long transaction is a likely cause of a slow scrape.
+	if !c.collectOldestTransaction(ctx, ch) {
+		ok = false
+	}
 	if c.DLQDepth != nil {
 		if depths, err := c.DLQDepth(ctx); err == nil {
 			for _, chn := range reminder.Channels {
@@ -251,5 +266,18 @@ func (c *DBCollector) collectPromoter(ctx context.Context, ch chan<- prometheus.
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs.promoterLag, prometheus.GaugeValue, lag.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.descs.promoterFinalAge, prometheus.GaugeValue, max(now.Sub(final), 0).Seconds())
+	return true
+}
+
+// collectOldestTransaction sends the age of the oldest transaction open on
+// the database (OldestTransaction, over pg_stat_activity: bounded by
+// max_connections); false when it failed. The age is the database's own
+// (statement time − xact_start), not c.Clock's: both ends are its clock.
+func (c *DBCollector) collectOldestTransaction(ctx context.Context, ch chan<- prometheus.Metric) bool {
+	var age time.Duration
+	if err := c.DB.QueryRow(ctx, query("OldestTransaction")).Scan(&age); err != nil {
+		return false
+	}
+	ch <- prometheus.MustNewConstMetric(c.descs.oldestTx, prometheus.GaugeValue, max(age, 0).Seconds())
 	return true
 }

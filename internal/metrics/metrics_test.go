@@ -154,6 +154,9 @@ func TestDBCollectorAgreesWithTheDatabase(t *testing.T) {
 	require.Contains(t, vs, "nudge_oldest_due_age_seconds")
 	require.Zero(t, series(vs, "nudge_dispatch_cutoff_lag_seconds"))
 	require.Equal(t, 6*len(reminder.Channels), series(vs, "nudge_open_reminders"), "every channel × open state, zeros included")
+	// Its value is the shared test database's (TestDBCollectorOldestTransaction
+	// checks it in a database of its own).
+	require.Contains(t, vs, "nudge_db_oldest_transaction_age_seconds")
 
 	ins := func(r opstest.Row) int64 { return opstest.Insert(t, db.Pool, r) }
 	ins(opstest.Row{Key: "due-old", DueAt: now.Add(-90 * time.Second)})
@@ -226,6 +229,7 @@ func TestDBCollectorReportsFailure(t *testing.T) {
 	require.Equal(t, 0.0, vs["nudge_db_scrape_success"])
 	require.Contains(t, vs, "nudge_db_scrape_success")
 	require.Zero(t, series(vs, "nudge_oldest_due_age_seconds"))
+	require.Contains(t, vs, "nudge_db_oldest_transaction_age_seconds", "it reads none of Nudge's tables")
 }
 
 // pushgateway is a stand-in that records what was pushed.

@@ -82,6 +82,41 @@ SELECT @now::timestamptz + p.ahead - greatest(p.prov_until, p.cursor_due), p.fin
   FROM nudge_promoter p
  WHERE p.passed_at IS NOT NULL;
 
+-- name: OldestTransaction
+-- How long the oldest transaction open on this database has been open
+-- (interval 0 when none). While it holds a snapshot or has written, vacuum
+-- cannot remove the row versions that died since it began: the claim steps
+-- over ever more dead entries of reminder_state_claim, and a writer on
+-- reminders keeps the promoter's final watermark where it was. Any open
+-- transaction counts, a read-committed one between statements too (it
+-- holds its locks, and its next statement takes a snapshot): the age is
+-- what the operator acts on, the runbook tells the kinds apart.
+-- This database only (datname = current_database()): from PostgreSQL 14
+-- only sessions of the same database hold back the horizon of its tables
+-- (another database's hold only the shared catalogs'; checked on 15: a
+-- transaction open on another database left VACUUM free to remove this
+-- one's dead rows), and the promoter waits only for writers on reminders;
+-- on 12 and 13 another database's transaction also stops pruning (not
+-- vacuum), which this misses.
+-- Client backends only (autovacuum, walsenders and the like are not the
+-- application's), not the scrape's own (its age is this statement's), and
+-- not idle ones (no transaction), nor aborted ones (xact_start NULL: an
+-- aborted transaction has released its snapshot and locks). Unless the
+-- login has pg_read_all_stats (pg_monitor includes it), another role's row
+-- shows NULL database, backend type, state and xact_start: the conditions
+-- drop it, so without the grant the gauge sees the reconciler's own
+-- sessions only (docs/deploy.md, "Reading other sessions").
+-- Time is the database's (statement_timestamp(), not @now): xact_start is
+-- its clock, and a caller's clock, a test's fake one included, is not.
+-- Cost: pg_stat_activity is one row per backend, bounded by
+-- max_connections, never by any table's size.
+SELECT coalesce(statement_timestamp() - min(xact_start), interval '0')
+  FROM pg_stat_activity
+ WHERE backend_type = 'client backend'
+   AND datname = current_database()
+   AND pid <> pg_backend_pid()
+   AND state <> 'idle';
+
 -- name: HasUnpromotedEstimate
 -- Whether the schema has nudge_unpromoted_estimate (schema 44, the
 -- after-rollout step that turns lazy intake on). Before it nothing is lazy,

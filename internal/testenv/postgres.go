@@ -67,7 +67,11 @@ func PostgresBeforeRollout(tb testing.TB) *DB {
 
 func migrated(tb testing.TB, migrate func(context.Context, pg.Beginner) ([]int, error)) *DB {
 	tb.Helper()
-	db := EmptyPostgres(tb)
+	return migrateSchema(tb, EmptyPostgres(tb), migrate)
+}
+
+func migrateSchema(tb testing.TB, db *DB, migrate func(context.Context, pg.Beginner) ([]int, error)) *DB {
+	tb.Helper()
 	// Migrate serialises on one advisory lock per database: every test
 	// schema being migrated on the machine (other packages, other
 	// checkouts) queues on it, so the wait is the machine's, not this one's.
@@ -83,38 +87,49 @@ func migrated(tb testing.TB, migrate func(context.Context, pg.Beginner) ([]int, 
 // a test that migrates it itself (with an earlier release's nudgectl, say).
 func EmptyPostgres(tb testing.TB) *DB {
 	tb.Helper()
-	needs(tb, "PostgreSQL")
-	base := os.Getenv("NUDGE_TEST_DATABASE_URL")
-	if base == "" {
-		base = DefaultDatabaseURL
+	return emptyPostgresAt(tb, baseURL(tb))
+}
+
+// PostgresOwnDatabase is Postgres in a database of its own, created for the
+// test and dropped when it ends: for a test of what PostgreSQL reports per
+// database (pg_stat_activity), which the sessions of every other test on the
+// shared test database, in this package or another checkout's, would change
+// under it. It costs a CREATE DATABASE and a full migration: use Postgres
+// wherever a schema of its own isolates the test.
+func PostgresOwnDatabase(tb testing.TB) *DB {
+	tb.Helper()
+	base := baseURL(tb)
+	name := "t_" + RandomID()
+	// template0: nobody connects to it, while a session on template1 (the
+	// default) would make CREATE DATABASE fail. The drop is registered
+	// first, so it runs last: after the pools below are closed (DROP
+	// DATABASE waits up to 5 s for their backends to exit).
+	createDropped(tb, base, "test database "+name, `CREATE DATABASE `+name+` TEMPLATE template0`, `DROP DATABASE `+name)
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("parsing %s: %v", base, err)
 	}
+	u.Path = "/" + name
+	return migrateSchema(tb, emptyPostgresAt(tb, u.String()), schema.MigrateAfterRollout)
+}
+
+// baseURL is the test database's URL (NUDGE_TEST_DATABASE_URL or the
+// default).
+func baseURL(tb testing.TB) string {
+	tb.Helper()
+	needs(tb, "PostgreSQL")
+	if base := os.Getenv("NUDGE_TEST_DATABASE_URL"); base != "" {
+		return base
+	}
+	return DefaultDatabaseURL
+}
+
+func emptyPostgresAt(tb testing.TB, base string) *DB {
+	tb.Helper()
+	name := "t_" + RandomID()
+	createDropped(tb, base, "test schema "+name, `CREATE SCHEMA `+name, `DROP SCHEMA `+name+` CASCADE`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-
-	admin, err := pgxpool.New(ctx, base)
-	if err == nil {
-		err = admin.Ping(ctx)
-	}
-	if err != nil {
-		Unavailable(tb, "PostgreSQL at "+base, "start it, or set NUDGE_TEST_DATABASE_URL", err)
-		return nil
-	}
-	defer admin.Close()
-
-	name := "t_" + RandomID()
-	if _, err := admin.Exec(ctx, `CREATE SCHEMA `+name); err != nil {
-		tb.Fatalf("creating test schema %s: %v", name, err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		a, err := pgxpool.New(ctx, base)
-		if err != nil {
-			return
-		}
-		defer a.Close()
-		_, _ = a.Exec(ctx, `DROP SCHEMA `+name+` CASCADE`)
-	})
 
 	u, err := url.Parse(base)
 	if err != nil {
@@ -215,4 +230,38 @@ func (db *DB) PromoteUntil(tb testing.TB, until time.Time) {
 		       cursor_due = NULL, cursor_id = NULL`, until); err != nil {
 		tb.Fatalf("promoting the lazy reminders due before %s: %v", until, err)
 	}
+}
+
+// createDropped runs create (a CREATE SCHEMA, a CREATE DATABASE) over a
+// connection to base, and drop when the test ends. An unreachable base fails
+// or skips the test (Unavailable); a failed drop is only logged, as the
+// object's name is random and nothing else uses it.
+func createDropped(tb testing.TB, base, what, create, drop string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, base)
+	if err == nil {
+		err = admin.Ping(ctx)
+	}
+	if err != nil {
+		Unavailable(tb, "PostgreSQL at "+base, "start it, or set NUDGE_TEST_DATABASE_URL", err)
+		return
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, create); err != nil {
+		tb.Fatalf("creating %s: %v", what, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a, err := pgxpool.New(ctx, base)
+		if err == nil {
+			defer a.Close()
+			_, err = a.Exec(ctx, drop)
+		}
+		if err != nil {
+			tb.Logf("dropping %s: %v", what, err)
+		}
+	})
 }
