@@ -388,23 +388,16 @@ func TestPromoterUnderManyWriters(t *testing.T) {
 	h := &writersRun{writers: writers, db: db, st: New(db.Pool), txs: map[string]int{},
 		progress: sweepProgress{changed: make(chan struct{})}}
 
-	// Writers and promoters together; the first error stops them all.
-	var failMu sync.Mutex
-	var failed error
-	fail := func(err error) {
-		failMu.Lock()
-		defer failMu.Unlock()
-		if failed == nil {
-			failed = err
-			cancel()
-		}
-	}
+	// Writers and promoters together; the first error stops them all (the
+	// first cause given to fail is the one context.Cause keeps).
+	runCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
 	stopPromoters := make(chan struct{})
 	var wg, pwg sync.WaitGroup
 	for i := range nPromoters {
 		prng := rand.New(rand.NewPCG(seed, uint64(1000+i)))
 		pwg.Go(func() {
-			if err := h.promoter(ctx, prng, stopPromoters); err != nil && ctx.Err() == nil {
+			if err := h.promoter(runCtx, prng, stopPromoters); err != nil && runCtx.Err() == nil {
 				fail(fmt.Errorf("promoter %d: %w", i, err))
 			}
 		})
@@ -422,13 +415,13 @@ func TestPromoterUnderManyWriters(t *testing.T) {
 		stop := time.Now().Add(800 * time.Millisecond)
 		for i := range nWriters {
 			wg.Go(func() {
-				if err := h.writer(ctx, b, i, wrngs[i], stop); err != nil && ctx.Err() == nil {
+				if err := h.writer(runCtx, b, i, wrngs[i], stop); err != nil && runCtx.Err() == nil {
 					fail(err)
 				}
 			})
 		}
 		wg.Wait()
-		if sleepCtx(ctx, 150*time.Millisecond) != nil {
+		if sleepCtx(runCtx, 150*time.Millisecond) != nil {
 			break
 		}
 	}
@@ -437,10 +430,7 @@ func TestPromoterUnderManyWriters(t *testing.T) {
 	h.mu.Lock()
 	finalMoves := h.finalMoves
 	h.mu.Unlock()
-	failMu.Lock()
-	err = failed
-	failMu.Unlock()
-	require.NoError(t, err, "seed %d", seed)
+	require.NoError(t, context.Cause(runCtx), "seed %d", seed)
 
 	// No writer left: passes until final passes every due time. Real time
 	// must reach the last due time minus the horizon (the database's clock
