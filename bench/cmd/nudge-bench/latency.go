@@ -121,32 +121,52 @@ func (m machineMark) since() machineLoad {
 // in the latency runs (0: the product's default).
 var latencyMinGap time.Duration
 
+// latencyWarmup is -latency-warmup: how long the stream of a latency run
+// runs at the same rate before the measured reminders become due. The
+// dispatcher and workers start cold (new pools and broker connections,
+// their statements not yet prepared, the fake provider's connections not
+// yet dialled): their first hundreds of milliseconds are slow and the
+// backlog they leave takes as long again to drain, which at N = 55,000
+// is over 1% of a run's reminders, so a cold start alone set the p99. A
+// deployed fleet's p99 is that of workers that have been up for hours, as
+// the end-to-end section's warm-up also measures; the warm-up's reminders
+// are left out of every figure (hops, histograms, rates, CPU, WAL, load).
+var latencyWarmup time.Duration
+
 func latencyRun(ctx context.Context, e *env, rate float64, dur time.Duration, k int, every time.Duration) (latencyResult, error) {
 	res := latencyResult{Offered: rate, N: int(rate * dur.Seconds())}
 	if res.N < 1 {
 		return res, fmt.Errorf("latency run of %s at %.0f/s holds no reminder", dur, rate)
 	}
-	return streamRun(ctx, e, res, time.Duration(float64(time.Second)/rate), dur+3*time.Minute, k, every)
+	gap := time.Duration(float64(time.Second) / rate)
+	return streamRun(ctx, e, res, int(latencyWarmup/gap), gap, dur+3*time.Minute, k, every)
 }
 
 // burstRun is the burst row: n reminders all due in the same second, with
 // k workers and the dispatcher in its loop (passes at most `every` apart): the time
 // from that second to the last terminal state is FirstDue → LastTerminal.
 func burstRun(ctx context.Context, e *env, n, k int, every time.Duration) (latencyResult, error) {
-	return streamRun(ctx, e, latencyResult{N: n}, 0, 10*time.Minute, k, every)
+	return streamRun(ctx, e, latencyResult{N: n}, 0, 0, 10*time.Minute, k, every)
 }
 
 // streamRun runs res.N reminders due one after the other, gap apart (0: all
 // at once), as latencyRun describes, allowing them `limit` to become
 // terminal.
-func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.Duration, k int, every time.Duration) (latencyResult, error) {
+//
+// The first warm of them are a warm-up: due before the measured ones at the
+// same gap, worked by the same dispatcher and workers, and left out of
+// every figure: the measurement (CPU, WAL, load, the hop histograms) starts
+// when the first measured reminder is due, and the event trail is read for
+// the measured reminders only.
+func streamRun(ctx context.Context, e *env, res latencyResult, warm int, gap, limit time.Duration, k int, every time.Duration) (latencyResult, error) {
 	// Seed far ahead (the intake takes seconds), then move the stream to
 	// start a moment after the workers and the dispatcher are up. Far, but
 	// within lazy intake's horizon (2 hours, schema 44): ShiftDue moves
 	// state rows, and a reminder due past the horizon gets none at intake
 	// (the promoter would insert it, in the measured seconds).
 	seeded := time.Now().Add(time.Hour)
-	s, err := setupNudge(ctx, e, res.N, func(i int) (time.Time, time.Time) {
+	total := res.N + warm
+	s, err := setupNudge(ctx, e, total, func(i int) (time.Time, time.Time) {
 		due := seeded.Add(time.Duration(i) * gap)
 		return due, due.Add(2 * time.Hour)
 	})
@@ -159,7 +179,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 		return res, fmt.Errorf("counting lazy reminders: %w", err)
 	}
 	if lazy != 0 {
-		return res, fmt.Errorf("%d of %d seeded reminders are lazy (no state row for ShiftDue to move): seed within lazy intake's horizon", lazy, res.N)
+		return res, fmt.Errorf("%d of %d seeded reminders are lazy (no state row for ShiftDue to move): seed within lazy intake's horizon", lazy, total)
 	}
 	keys, err := message.ParseKeys(signingKeys)
 	if err != nil {
@@ -188,12 +208,6 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	if _, err := s.pool.Exec(ctx, stmt("VacuumAfterShift")); err != nil {
 		return res, fmt.Errorf("vacuuming after the move: %w", err)
 	}
-	wal0, err := walStart(ctx, s.pool)
-	if err != nil {
-		return res, err
-	}
-	cpu0 := readCPU()
-	mach := markMachine()
 	d, pub := s.dispatcher(e, keys, m)
 	defer pub.Close()
 	d.Config.MinGap = latencyMinGap // 0: the product's default
@@ -209,6 +223,32 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 	stopDispatcher := sync.OnceFunc(func() { cancel(); <-loopDone })
 	defer stopDispatcher()
 
+	// The measurement starts when the first measured reminder is due; the
+	// event trail is read for the reminders due from half a gap before it
+	// (the database keeps microseconds), every one without a warm-up.
+	from := start.Add(time.Duration(warm) * gap)
+	measured := time.Time{}
+	if warm > 0 {
+		measured = from.Add(-gap / 2)
+	}
+	if warm > 0 {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(time.Until(from)):
+		}
+	}
+	wal0, err := walStart(ctx, s.pool)
+	if err != nil {
+		return res, err
+	}
+	cpu0 := readCPU()
+	mach := markMachine()
+	hist0, err := gatherHopHistograms(reg)
+	if err != nil {
+		return res, err
+	}
+
 	timeout := time.After(limit)
 	var polled time.Time
 	terminal := 0
@@ -219,7 +259,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 			if err := s.pool.QueryRow(ctx, stmt("StateCounts")).Scan(&past, &terminal); err != nil {
 				return res, fmt.Errorf("polling progress: %w", err)
 			}
-			if terminal >= res.N {
+			if terminal >= total {
 				break
 			}
 		}
@@ -227,33 +267,35 @@ func streamRun(ctx context.Context, e *env, res latencyResult, gap, limit time.D
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-timeout:
-			return res, fmt.Errorf("only %d of %d reminders terminal %s after the stream started", terminal, res.N, limit)
+			return res, fmt.Errorf("only %d of %d reminders terminal %s after the stream started", terminal, total, limit)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	stopDispatcher()
-	e.measuredSince(moved)
+	e.measuredSince(from)
 	res.Machine = mach.since()
 	res.CPU = readCPU().sub(cpu0)
 	if res.WAL, err = wal0.since(ctx, s.pool); err != nil {
 		return res, err
 	}
 
-	if err := s.pool.QueryRow(ctx, stmt("StreamSpan")).Scan(&res.Delivered, &res.FirstDue, &res.LastTerminal); err != nil {
+	if err := s.pool.QueryRow(ctx, stmt("StreamSpan"), pgx.NamedArgs{"from": measured}).Scan(&res.Delivered, &res.FirstDue, &res.LastTerminal); err != nil {
 		return res, fmt.Errorf("reading the stream's span: %w", err)
 	}
 	res.Achieved = float64(res.Delivered) / res.LastTerminal.Sub(res.FirstDue).Seconds()
-	if res.Hops, res.Overtaken, res.NoEnqueue, err = readHops(ctx, s); err != nil {
+	if res.Hops, res.Overtaken, res.NoEnqueue, err = readHops(ctx, s, measured); err != nil {
 		return res, err
 	}
-	if res.Hist, err = readHopHistograms(reg); err != nil {
+	hist, err := gatherHopHistograms(reg)
+	if err != nil {
 		return res, err
 	}
+	res.Hist = summarizeHopHistograms(hist, hist0)
 	return res, nil
 }
 
-func readHops(ctx context.Context, s *nudgeSetup) (hops map[string]hopLatency, overtaken, noEnqueue int, err error) {
-	rows, err := s.pool.Query(ctx, stmt("Hops"))
+func readHops(ctx context.Context, s *nudgeSetup, from time.Time) (hops map[string]hopLatency, overtaken, noEnqueue int, err error) {
+	rows, err := s.pool.Query(ctx, stmt("Hops"), pgx.NamedArgs{"from": from})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("reading hop latencies: %w", err)
 	}
@@ -277,37 +319,48 @@ func readHops(ctx context.Context, s *nudgeSetup) (hops map[string]hopLatency, o
 	return hops, overtaken, noEnqueue, nil
 }
 
-// readHopHistograms sums nudge_hop_latency_seconds over channels, per hop.
-func readHopHistograms(reg prometheus.Gatherer) (map[string]hopHistogram, error) {
+// hopCounts is one hop's histogram summed over channels: its count and the
+// cumulative count at each upper bound.
+type hopCounts struct {
+	count   uint64
+	buckets map[float64]uint64
+}
+
+// gatherHopHistograms sums nudge_hop_latency_seconds over channels, per hop.
+func gatherHopHistograms(reg prometheus.Gatherer) (map[string]hopCounts, error) {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return nil, fmt.Errorf("gathering hop histograms: %w", err)
 	}
-	type acc struct {
-		count   uint64
-		buckets map[float64]uint64 // upper bound → cumulative count
-	}
-	byHop := map[string]*acc{}
+	byHop := map[string]hopCounts{}
 	for _, mf := range mfs {
 		if mf.GetName() != "nudge_hop_latency_seconds" {
 			continue
 		}
 		for _, mt := range mf.GetMetric() {
 			hop := labelValue(mt, "hop")
-			a := byHop[hop]
-			if a == nil {
-				a = &acc{buckets: map[float64]uint64{}}
-				byHop[hop] = a
+			a, ok := byHop[hop]
+			if !ok {
+				a = hopCounts{buckets: map[float64]uint64{}}
 			}
 			h := mt.GetHistogram()
 			a.count += h.GetSampleCount()
 			for _, b := range h.GetBucket() {
 				a.buckets[b.GetUpperBound()] += b.GetCumulativeCount()
 			}
+			byHop[hop] = a
 		}
 	}
+	return byHop, nil
+}
+
+// summarizeHopHistograms is each hop's histogram since an earlier gather
+// (before: the samples up to then are subtracted; nil subtracts nothing):
+// the buckets its p50 and p99 fall in and its share at or under 50 ms.
+func summarizeHopHistograms(now, before map[string]hopCounts) map[string]hopHistogram {
 	out := map[string]hopHistogram{}
-	for hop, a := range byHop {
+	for hop, a := range now {
+		b := before[hop] // zero when the hop had no sample before
 		bounds := make([]float64, 0, len(a.buckets))
 		for ub := range a.buckets {
 			bounds = append(bounds, ub)
@@ -315,19 +368,19 @@ func readHopHistograms(reg prometheus.Gatherer) (map[string]hopHistogram, error)
 		sort.Float64s(bounds)
 		cum := make([]uint64, len(bounds))
 		for i, ub := range bounds {
-			cum[i] = a.buckets[ub]
+			cum[i] = a.buckets[ub] - b.buckets[ub]
 		}
-		h := hopHistogram{Count: a.count}
-		if a.count > 0 {
+		h := hopHistogram{Count: a.count - b.count}
+		if h.Count > 0 {
 			if i := sort.SearchFloat64s(bounds, 0.05); i < len(bounds) && bounds[i] == 0.05 {
-				h.Under50ms = float64(cum[i]) / float64(a.count)
+				h.Under50ms = float64(cum[i]) / float64(h.Count)
 			}
-			h.P50 = quantileBucket(0.5, bounds, cum, a.count)
-			h.P99 = quantileBucket(0.99, bounds, cum, a.count)
+			h.P50 = quantileBucket(0.5, bounds, cum, h.Count)
+			h.P99 = quantileBucket(0.99, bounds, cum, h.Count)
 		}
 		out[hop] = h
 	}
-	return out, nil
+	return out
 }
 
 // quantileBucket is the upper bound of the bucket quantile q falls in

@@ -87,6 +87,7 @@ func main() {
 	flag.Float64Var(&o.latencyLoad, "latency-load", 0.5, "latency runs offer this share of the median headline end-to-end throughput")
 	flag.Float64Var(&o.latencyRate, "latency-rate", 0, "latency runs offer this many reminders/s instead (0: -latency-load)")
 	flag.DurationVar(&o.latencyFor, "latency-for", 12*time.Second, "how long the stream of a latency run lasts")
+	flag.DurationVar(&latencyWarmup, "latency-warmup", 2*time.Second, "how long a latency run's stream runs, at the same rate, before the measured reminders are due (the workers' and dispatcher's cold start; left out of every figure)")
 	flag.DurationVar(&latencyMinGap, "latency-min-gap", 0, "the dispatcher's --min-gap during latency runs (0: the product's default; the value of -latency-every: a pass on a fixed tick, as before the loop woke when rows are due)")
 	flag.DurationVar(&o.latencyEvery, "latency-every", 100*time.Millisecond, "the dispatcher's --every during latency runs")
 	flag.StringVar(&sizes, "scale-sizes", "10000,1000000,10000000", "table sizes of the claim-rate-at-scale runs: rows scheduled for later, besides the due rows claimed")
