@@ -30,7 +30,13 @@ WITH raw AS MATERIALIZED (
                   $13::time[], $14::time[], $15::integer[])
            WITH ORDINALITY AS u(tenant, key, channel, recipient, template, data, due_at, deadline,
                                 tz, due_local, deadline_local, w_open, w_close, w_days, ord)
-), resolved AS (
+), resolved AS MATERIALIZED (
+    -- Materialized so input's nudge_invalid gets the resolved due time and
+    -- deadline as plain columns: pulled up into it, they are this CASE with
+    -- a function call, which the planner will not copy into the places the
+    -- function's body reads them, so it ran nudge_invalid through the SQL
+    -- function executor, an executor start per row (half of the statement's
+    -- CPU: TestBulkIntakeInlinesValidation).
     SELECT raw.tenant, raw.key, raw.channel, raw.recipient, raw.template, raw.data, raw.ord, raw.tz,
            raw.invalid_local,
            CASE WHEN raw.invalid_local IS NULL
