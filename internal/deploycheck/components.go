@@ -34,7 +34,8 @@ var componentKinds = map[string]string{
 var (
 	alertMetrics = []string{"nudge_oldest_due_age_seconds", "nudge_deadline_misses_total", "nudge_dead_letter_messages",
 		"nudge_reconcile_lag_seconds", "nudge_dispatch_last_success_timestamp_seconds",
-		"nudge_campaign_oldest_runnable_seconds", "nudge_db_oldest_transaction_age_seconds"}
+		"nudge_campaign_oldest_runnable_seconds", "nudge_db_oldest_transaction_age_seconds",
+		"nudge_db_activity_readable"}
 	// RunbookURL is where every alert's runbook_url points: its own section
 	// of docs/runbook.md, "#" and the alert's name in lower case.
 	RunbookURL      = "https://github.com/nudgehq/nudge/blob/main/docs/runbook.md"

@@ -72,6 +72,10 @@ func query(name string) string { return queries.Get(name) }
 //	                                       reads ever more dead versions (a statement of its own
 //	                                       over pg_stat_activity: a row per backend, bounded by
 //	                                       max_connections, never by a table)
+//	nudge_db_activity_readable             1 if the scrape's login reads every session's activity
+//	                                       (pg_read_all_stats or a superuser), 0 if it reads its
+//	                                       own only: then the gauge above reads 0 whatever
+//	                                       another login holds open
 //	nudge_dead_letter_messages{channel}    dead-letter queue depth (when DLQDepth is set)
 //	nudge_db_scrape_success, nudge_db_scrape_duration_seconds
 //
@@ -101,7 +105,7 @@ type DBCollector struct {
 
 type collectorDescs struct {
 	newest, pendingEstimate, oldestDue, oldestEnqueued, open, misses, reconcileLag, cutoffLag, dlq, success, duration *prometheus.Desc
-	promoterLag, promoterFinalAge, oldestTx                                                                           *prometheus.Desc
+	promoterLag, promoterFinalAge, oldestTx, activityReadable                                                         *prometheus.Desc
 }
 
 // NewDBCollector returns a collector reading db.
@@ -133,6 +137,8 @@ func (c *DBCollector) init() {
 				"Now minus the promoter's final watermark (below it every lazy reminder has its state row); above 0 a transaction writing reminders has stayed open about this plus H."),
 			oldestTx: d("nudge_db_oldest_transaction_age_seconds",
 				"How long the oldest transaction open on this database (a client backend's, not the scrape's own, not idle) has been open; 0 when none."),
+			activityReadable: d("nudge_db_activity_readable",
+				"1 if the scrape's login reads every session's activity (a superuser or a member of pg_read_all_stats); 0 if only its own, so nudge_db_oldest_transaction_age_seconds is blind to other logins' transactions."),
 			success:  d("nudge_db_scrape_success", "1 if the last database-derived scrape succeeded, 0 if not."),
 			duration: d("nudge_db_scrape_duration_seconds", "Duration of the database-derived scrape."),
 		}
@@ -144,7 +150,7 @@ func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.init()
 	for _, d := range []*prometheus.Desc{c.descs.newest, c.descs.pendingEstimate, c.descs.oldestDue, c.descs.oldestEnqueued, c.descs.open, c.descs.misses,
 		c.descs.reconcileLag, c.descs.cutoffLag, c.descs.dlq, c.descs.success, c.descs.duration,
-		c.descs.promoterLag, c.descs.promoterFinalAge, c.descs.oldestTx} {
+		c.descs.promoterLag, c.descs.promoterFinalAge, c.descs.oldestTx, c.descs.activityReadable} {
 		ch <- d
 	}
 }
@@ -275,9 +281,15 @@ func (c *DBCollector) collectPromoter(ctx context.Context, ch chan<- prometheus.
 // (statement time − xact_start), not c.Clock's: both ends are its clock.
 func (c *DBCollector) collectOldestTransaction(ctx context.Context, ch chan<- prometheus.Metric) bool {
 	var age time.Duration
-	if err := c.DB.QueryRow(ctx, query("OldestTransaction")).Scan(&age); err != nil {
+	var readable bool
+	if err := c.DB.QueryRow(ctx, query("OldestTransaction")).Scan(&age, &readable); err != nil {
 		return false
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs.oldestTx, prometheus.GaugeValue, max(age, 0).Seconds())
+	readableValue := 0.0
+	if readable {
+		readableValue = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.descs.activityReadable, prometheus.GaugeValue, readableValue)
 	return true
 }

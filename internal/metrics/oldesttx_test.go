@@ -3,11 +3,13 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -165,4 +167,68 @@ func TestDBCollectorOldestTransaction(t *testing.T) {
 			require.Zero(t, scrape(t, db.Pool), "ended: nothing open")
 		})
 	}
+}
+
+// Without pg_read_all_stats a login reads only its own sessions' activity,
+// so the oldest-transaction gauge reads 0 whatever another login holds
+// open: nudge_db_activity_readable says so (0), and reads 1 once the login
+// is granted the role, when the same transaction is seen. As the
+// reconciler runs it: a login of nudge_reconciler, the scrape otherwise
+// whole (scrape success 1).
+func TestDBCollectorSaysWhenItCannotReadOtherSessions(t *testing.T) {
+	t.Parallel()
+	db := testenv.PostgresOwnDatabase(t)
+	ctx := context.Background()
+	name := "nudge_t_" + testenv.RandomID()
+	ident := pgx.Identifier{name}.Sanitize()
+	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+ident+` LOGIN IN ROLE nudge_reconciler`)
+	require.NoError(t, err)
+	t.Cleanup(func() { // registered before the pool's Close, so it runs after it
+		if _, err := db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident+`; DROP ROLE `+ident); err != nil {
+			t.Errorf("dropping test role %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.User(name)
+	login, err := pgxpool.New(ctx, u.String())
+	require.NoError(t, err)
+	t.Cleanup(login.Close)
+
+	scrape := func(t *testing.T, on pg.Querier) (age, readable float64) {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewDBCollector(on, clock.Real{}))
+		vs := values(t, reg)
+		require.Equal(t, 1.0, vs["nudge_db_scrape_success"])
+		require.Contains(t, vs, oldestTx)
+		require.Contains(t, vs, "nudge_db_activity_readable")
+		return vs[oldestTx], vs["nudge_db_activity_readable"]
+	}
+
+	// Another login (the superuser) holds a writing transaction open.
+	holder, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	_, err = holder.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `SELECT txid_current()`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { age, _ := scrape(t, db.Pool); return age > 0 }, 5*time.Second, 10*time.Millisecond,
+		"the superuser sees the open transaction")
+
+	age, readable := scrape(t, login)
+	require.Zero(t, readable, "the reconciler's login without pg_read_all_stats")
+	require.Zero(t, age, "blind to the other login's transaction: why the gauge above exists")
+
+	_, err = db.Pool.Exec(ctx, `GRANT pg_read_all_stats TO `+ident)
+	require.NoError(t, err)
+	age, readable = scrape(t, login)
+	require.Equal(t, 1.0, readable, "granted pg_read_all_stats")
+	require.Positive(t, age, "now the other login's transaction is seen")
+
+	_, superReadable := scrape(t, db.Pool)
+	require.Equal(t, 1.0, superReadable, "a superuser reads every session")
+	_, err = holder.Exec(ctx, `COMMIT`)
+	require.NoError(t, err)
 }

@@ -110,7 +110,12 @@ SELECT @now::timestamptz + p.ahead - greatest(p.prov_until, p.cursor_due), p.fin
 -- its clock, and a caller's clock, a test's fake one included, is not.
 -- Cost: pg_stat_activity is one row per backend, bounded by
 -- max_connections, never by any table's size.
-SELECT coalesce(statement_timestamp() - min(xact_start), interval '0')
+-- The second column says whether the login reads every session (a
+-- superuser, or a member of pg_read_all_stats): when it does not, the age
+-- covers its own sessions only and reads 0 whatever another login holds
+-- open, so the collector exports that too (nudge_db_activity_readable).
+SELECT coalesce(statement_timestamp() - min(xact_start), interval '0'),
+       pg_has_role('pg_read_all_stats', 'USAGE')
   FROM pg_stat_activity
  WHERE backend_type = 'client backend'
    AND datname = current_database()
