@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"testing"
 	"time"
 
@@ -150,20 +149,10 @@ func TestCampaignStatusOfAPlannedCampaign(t *testing.T) {
 // allowed tenant only.
 func login(t *testing.T, db *testenv.DB, group, tenant string) (*pgxpool.Pool, string) {
 	t.Helper()
-	ctx := context.Background()
-	name := "login_" + testenv.RandomID()
-	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+name+` LOGIN IN ROLE `+group)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+name+`; DROP ROLE `+name) })
+	pool, name, u := db.Login(t, group)
 	if group == "nudge_intake" {
-		_, err = db.Pool.Exec(ctx, `INSERT INTO nudge_intake_tenants (grantee, tenant) VALUES ($1, $2)`, name, tenant)
+		_, err := db.Pool.Exec(context.Background(), `INSERT INTO nudge_intake_tenants (grantee, tenant) VALUES ($1, $2)`, name, tenant)
 		require.NoError(t, err)
 	}
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	u.User = url.User(name)
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool, u.String()
+	return pool, u
 }

@@ -3,13 +3,11 @@ package metrics_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -179,21 +177,8 @@ func TestDBCollectorSaysWhenItCannotReadOtherSessions(t *testing.T) {
 	t.Parallel()
 	db := testenv.PostgresOwnDatabase(t)
 	ctx := context.Background()
-	name := "nudge_t_" + testenv.RandomID()
+	login, name, _ := db.Login(t, "nudge_reconciler")
 	ident := pgx.Identifier{name}.Sanitize()
-	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+ident+` LOGIN IN ROLE nudge_reconciler`)
-	require.NoError(t, err)
-	t.Cleanup(func() { // registered before the pool's Close, so it runs after it
-		if _, err := db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident+`; DROP ROLE `+ident); err != nil {
-			t.Errorf("dropping test role %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	u.User = url.User(name)
-	login, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(login.Close)
 
 	scrape := func(t *testing.T, on pg.Querier) (age, readable float64) {
 		t.Helper()

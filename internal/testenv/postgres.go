@@ -4,11 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nudgehq/nudge/internal/pg"
@@ -105,7 +106,7 @@ func PostgresOwnDatabase(tb testing.TB) *DB {
 	// first, so it runs last: after the pools below are closed (DROP
 	// DATABASE waits up to 5 s for their backends to exit).
 	createDropped(tb, base, "test database "+name, `CREATE DATABASE `+name+` TEMPLATE template0`, `DROP DATABASE `+name)
-	u, err := url.Parse(base)
+	u, err := neturl.Parse(base)
 	if err != nil {
 		tb.Fatalf("parsing %s: %v", base, err)
 	}
@@ -131,7 +132,7 @@ func emptyPostgresAt(tb testing.TB, base string) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	u, err := url.Parse(base)
+	u, err := neturl.Parse(base)
 	if err != nil {
 		tb.Fatalf("parsing %s: %v", base, err)
 	}
@@ -264,4 +265,40 @@ func createDropped(tb testing.TB, base, what, create, drop string) {
 			tb.Logf("dropping %s: %v", what, err)
 		}
 	})
+}
+
+// Login creates a LOGIN role for this test only, a member of group (a
+// nudge_* group role; "" for none), and returns a pool connected as it to
+// db's schema, its name and its URL. The role is dropped, with whatever it
+// owns, when the test ends, after the pool is closed. Roles are the
+// cluster's, so the name is random.
+func (db *DB) Login(tb testing.TB, group string) (pool *pgxpool.Pool, name, url string) {
+	tb.Helper()
+	ctx := context.Background()
+	name = "nudge_t_" + RandomID()
+	ident := pgx.Identifier{name}.Sanitize()
+	create := `CREATE ROLE ` + ident + ` LOGIN`
+	if group != "" {
+		create += ` IN ROLE ` + pgx.Identifier{group}.Sanitize()
+	}
+	if _, err := db.Pool.Exec(ctx, create); err != nil {
+		tb.Fatalf("creating test role %s: %v", name, err)
+	}
+	// Registered before the pool's Close, so it runs after it.
+	tb.Cleanup(func() {
+		if _, err := db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident+`; DROP ROLE `+ident); err != nil {
+			tb.Errorf("dropping test role %s: %v", name, err)
+		}
+	})
+	u, err := neturl.Parse(db.URL)
+	if err != nil {
+		tb.Fatalf("parsing %s: %v", db.URL, err)
+	}
+	u.User = neturl.User(name)
+	pool, err = pgxpool.New(ctx, u.String())
+	if err != nil {
+		tb.Fatalf("connecting as %s: %v", name, err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool, name, u.String()
 }
