@@ -287,6 +287,7 @@ func (w *Worker) Counts() Counts {
 // would not bring it back.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pub.Close()
+	w.warm(ctx)
 	backoff := 100 * time.Millisecond
 	for {
 		started := w.clock.Now()
@@ -309,6 +310,49 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+// warmer is a Store that can open its database connections before the
+// first message (store.Store.Warm).
+type warmer interface {
+	Warm(ctx context.Context, conns int) error
+}
+
+// warmTimeout bounds the warm-up: past it the worker consumes with
+// whatever connections are open.
+const warmTimeout = 10 * time.Second
+
+// warm opens the store's connections, one per batch slot and one more,
+// before the worker consumes (and so before it is ready): a new
+// connection's first statements cost the database tens of milliseconds of
+// CPU each, which a cold worker otherwise pays while its first messages
+// wait (the p99 of a worker's first second: docs/benchmarks.md). A failure
+// or a timeout is logged, and the worker starts anyway: its statements
+// open connections as they need them, as they would have.
+func (w *Worker) warm(ctx context.Context) {
+	wm, ok := w.store.(warmer)
+	if !ok {
+		return
+	}
+	start := w.clock.Now()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- wm.Warm(wctx, w.cfg.Concurrency+1) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return
+	case <-clock.After(w.clock, warmTimeout):
+		cancel()
+		err = fmt.Errorf("not done after %s", warmTimeout)
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Msg("database connections not warmed; the first batches open them")
+		return
+	}
+	w.log.Info().Int("connections", w.cfg.Concurrency+1).Dur("took", w.clock.Now().Sub(start)).Msg("database connections warmed")
 }
 
 // consume starts a consumer of the channel's queue on ch whose prefetch

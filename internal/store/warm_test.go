@@ -1,0 +1,63 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nudgehq/nudge/internal/store"
+	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/reminder"
+)
+
+// Warm opens n connections of the pool (never more than its maximum),
+// leaves no statement prepared on them that pgx's cache does not manage,
+// and the worker's statements run on them afterwards as before.
+func TestWarmOpensTheConnections(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns = 6
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st := store.New(pool)
+	require.Zero(t, pool.Stat().TotalConns(), "a new pool connects on first use")
+
+	require.NoError(t, st.Warm(ctx, 5))
+	require.EqualValues(t, 5, pool.Stat().TotalConns())
+	require.EqualValues(t, 5, pool.Stat().IdleConns(), "all handed back")
+	var held []*pgxpool.Conn
+	for range 5 {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		held = append(held, c)
+		var prepared int
+		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE name NOT LIKE 'stmtcache_%'`).Scan(&prepared))
+		require.Zero(t, prepared, "nothing left prepared outside pgx's statement cache")
+	}
+	require.EqualValues(t, 5, pool.Stat().TotalConns(), "the five were the warmed ones")
+	for _, c := range held {
+		c.Release()
+	}
+
+	// The worker's statements after a warm-up, on every connection.
+	now := time.Now()
+	for range 6 {
+		out, att, err := st.ClaimForDelivery(ctx, now, reminder.SMS, "", nil, time.Minute, "w")
+		require.NoError(t, err)
+		require.Empty(t, out)
+		require.Empty(t, att)
+		moved, err := st.RecordOutcomes(ctx, now, nil, "w")
+		require.NoError(t, err)
+		require.Empty(t, moved)
+	}
+
+	require.NoError(t, st.Warm(ctx, 100))
+	require.EqualValues(t, 6, pool.Stat().TotalConns(), "at most the pool's maximum")
+}
