@@ -11,8 +11,12 @@ import (
 )
 
 // warmStatements are the worker's statements of every batch, parsed on
-// each connection Warm opens.
-var warmStatements = []string{"ClaimForDelivery", "RecordOutcomes"}
+// each connection Warm opens (by name, for the error; query's argument is
+// a literal, which the sqlfile usage test reads).
+var warmStatements = []struct{ name, sql string }{
+	{"ClaimForDelivery", query("ClaimForDelivery")},
+	{"RecordOutcomes", query("RecordOutcomes")},
+}
 
 // warmTables plans a read of the tables the worker's statements write and
 // read: planning opens each table and its indexes, which fills the
@@ -20,7 +24,8 @@ var warmStatements = []string{"ClaimForDelivery", "RecordOutcomes"}
 const warmTables = `SELECT 1 FROM reminder_state, reminders, delivery_attempts, reminder_events LIMIT 0`
 
 // Warm opens up to n of the pool's connections at once (never more than
-// its maximum) and has each one load what the worker's first batches
+// its maximum, and only while one is free without waiting) and has each
+// one load what the worker's first batches
 // would otherwise load while a message waits: the backend's start, its
 // catalog and relation caches: a plan over the worker's tables, and the
 // parse of the two statements of every batch (the functions, operators and
@@ -40,8 +45,15 @@ func (s *Store) Warm(ctx context.Context, n int) error {
 			c.Release()
 		}
 	}()
-	// Held until all are open, so each is a connection of its own.
+	// Held until all are open, so each is a connection of its own; but
+	// never waited for: once the pool is at its maximum with none idle,
+	// the others are in use (or held by another Warm on a shared pool,
+	// each of which would wait for the others' forever), so the ones held
+	// are warmed and handed back.
 	for range n {
+		if st := s.pool.Stat(); st.TotalConns() >= st.MaxConns() && st.IdleConns() == 0 {
+			break
+		}
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
 			return fmt.Errorf("warming the database pool: %w", err)
@@ -67,13 +79,13 @@ func warmConn(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, warmTables); err != nil {
 		return err
 	}
-	for _, name := range warmStatements {
-		sql, _, err := pgx.NamedArgs{}.RewriteQuery(ctx, conn, query(name), nil)
+	for _, st := range warmStatements {
+		sql, _, err := pgx.NamedArgs{}.RewriteQuery(ctx, conn, st.sql, nil)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", st.name, err)
 		}
 		if _, err := conn.Prepare(ctx, "", sql); err != nil {
-			return fmt.Errorf("preparing %s: %w", name, err)
+			return fmt.Errorf("parsing %s: %w", st.name, err)
 		}
 	}
 	return nil

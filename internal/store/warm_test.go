@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,4 +61,35 @@ func TestWarmOpensTheConnections(t *testing.T) {
 
 	require.NoError(t, st.Warm(ctx, 100))
 	require.EqualValues(t, 6, pool.Stat().TotalConns(), "at most the pool's maximum")
+}
+
+// Workers that share a pool warm it at once without waiting for each
+// other: each would otherwise hold some connections and wait for the rest
+// (a deadlock the worker's 10 s bound would end, after its messages had
+// waited). Each stops taking connections once the pool is full.
+func TestWarmOnASharedPoolDoesNotWait(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for i := range errs {
+		wg.Go(func() { errs[i] = store.New(pool).Warm(wctx, 5) })
+	}
+	wg.Wait()
+	t.Logf("three warm-ups on a pool of 4 took %s", time.Since(began).Round(time.Millisecond))
+	for _, err := range errs {
+		require.NoError(t, err, "every warm-up ended on its own, before the test's bound")
+	}
+	require.LessOrEqual(t, pool.Stat().TotalConns(), int32(4))
+	require.EqualValues(t, pool.Stat().TotalConns(), pool.Stat().IdleConns(), "all handed back")
 }
