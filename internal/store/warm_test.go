@@ -19,14 +19,8 @@ import (
 // and the worker's statements run on them afterwards as before.
 func TestWarmOpensTheConnections(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	cfg.MaxConns = 6
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := poolOf(t, testenv.Postgres(t), 6)
 	st := store.New(pool)
 	require.Zero(t, pool.Stat().TotalConns(), "a new pool connects on first use")
 
@@ -69,14 +63,8 @@ func TestWarmOpensTheConnections(t *testing.T) {
 // waited). Each stops taking connections once the pool is full.
 func TestWarmOnASharedPoolDoesNotWait(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := poolOf(t, testenv.Postgres(t), 4)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	errs := make([]error, 3)
@@ -92,4 +80,17 @@ func TestWarmOnASharedPoolDoesNotWait(t *testing.T) {
 	}
 	require.LessOrEqual(t, pool.Stat().TotalConns(), int32(4))
 	require.EqualValues(t, pool.Stat().TotalConns(), pool.Stat().IdleConns(), "all handed back")
+}
+
+// poolOf is a pool of its own on db's schema with at most maxConns connections,
+// none opened yet.
+func poolOf(t *testing.T, db *testenv.DB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
