@@ -25,18 +25,17 @@ const warmTables = `SELECT 1 FROM reminder_state, reminders, delivery_attempts, 
 
 // Warm opens up to n of the pool's connections at once (never more than
 // its maximum, and only while one is free without waiting) and has each
-// one load what the worker's first batches
-// would otherwise load while a message waits: the backend's start, its
-// catalog and relation caches: a plan over the worker's tables, and the
-// parse of the two statements of every batch (the functions, operators and
-// types they name). Nothing is executed, so no statement's plan choice is
-// skewed by an empty batch, and nothing is left prepared under a name pgx's
-// statement cache does not manage (it would not re-prepare it after a
-// migration changed a result type). Measured on a 2-core machine where each new connection's
-// first statements cost the database ~70 ms of CPU: a cold worker's first
-// second of sends at 4,600/s read p99 203–210 ms enqueue→terminal, 60–108
-// ms with its connections opened first (docs/benchmarks.md). An error
-// leaves the pool as it was: the worker runs as without it.
+// load what the worker's first batches would otherwise load while their
+// messages wait: the backend's start, its catalog and relation caches (a
+// plan over the worker's tables) and the parse of the two statements of
+// every batch (the functions, operators and types they name). Nothing is
+// executed, so no statement's plan choice is skewed by an empty batch, and
+// nothing is left prepared under a name pgx's statement cache does not
+// manage (it would not re-prepare it after a migration changed a result
+// type). Each new connection's first statements cost the database ~70 ms
+// of CPU; a cold worker's p99 enqueue→terminal at 4,600/s read 124–268 ms
+// without this, 43–60 ms with it (docs/benchmarks.md). An error leaves the
+// pool as it was: the worker runs as without it.
 func (s *Store) Warm(ctx context.Context, n int) error {
 	n = min(n, int(s.pool.Config().MaxConns))
 	conns := make([]*pgxpool.Conn, 0, n)
