@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -47,30 +46,9 @@ func setupRoles(t *testing.T) *rolesBundle {
 // dropped when the test ends.
 func (b *rolesBundle) login(t *testing.T, group string) (*pgxpool.Pool, string) {
 	t.Helper()
-	ctx := context.Background()
-	name := "nudge_t_" + testenv.RandomID()
-	ident := pgx.Identifier{name}.Sanitize()
-	create := `CREATE ROLE ` + ident + ` LOGIN`
-	if group != "" {
-		create += ` IN ROLE ` + pgx.Identifier{group}.Sanitize()
-	}
-	_, err := b.db.Pool.Exec(ctx, create)
-	require.NoError(t, err)
-	// Registered before the pool's Close, so it runs after it.
-	t.Cleanup(func() {
-		_, err := b.db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident+`; DROP ROLE `+ident)
-		if err != nil {
-			t.Errorf("dropping test role %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(b.db.URL)
-	require.NoError(t, err)
-	u.User = url.User(name)
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, name, _ := b.db.Login(t, group)
 	var who string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT session_user`).Scan(&who))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT session_user`).Scan(&who))
 	require.Equal(t, name, who)
 	return pool, name
 }
