@@ -22,6 +22,8 @@ import (
 	"github.com/nudgehq/nudge/internal/message"
 	"github.com/nudgehq/nudge/internal/metrics"
 	"github.com/nudgehq/nudge/internal/testenv"
+	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/reminder"
 )
 
 // The planning benchmark (issue 15) writes the same N reminder intents three
@@ -51,7 +53,18 @@ type planningResult struct {
 	Slices                        int
 	// FileRate: nudgectl schedule -f; SQLRate: nudge_schedule per row.
 	FileRate, SQLRate float64
+	// SQLCPU, FnRowsCPU, BulkCPU: the PostgreSQL backend's CPU-s per
+	// 1,000 intents of nudge_schedule one call per transaction (the
+	// SQLRate run), of nudge_schedule once per row of statements of
+	// intakeCPUStatement rows, and of the bulk statement over the same
+	// rows (intakeCPURun).
+	SQLCPU, FnRowsCPU, BulkCPU float64
 }
+
+// intakeCPUStatement is the rows per statement of intakeCPURun's two
+// ways, as pkg/intake's BenchmarkScheduleFunctionVsBulk sends them
+// (nudgectl schedule -f sends 2,000, a campaign slice 200).
+const intakeCPUStatement = 1000
 
 // planningSliceSize is the campaigns' default slice (schema 20).
 const planningSliceSize = 200
@@ -106,10 +119,100 @@ func planningRun(ctx context.Context, e *env, nudgectl string, n int) (res plann
 	if res.FileRate, err = scheduleFileRun(ctx, e, nudgectl, n); err != nil {
 		return res, fmt.Errorf("nudgectl schedule -f: %w", err)
 	}
-	if res.SQLRate, err = scheduleSQLRun(ctx, e, n); err != nil {
+	if res.SQLRate, res.SQLCPU, err = scheduleSQLRun(ctx, e, n); err != nil {
 		return res, fmt.Errorf("nudge_schedule: %w", err)
 	}
+	if res.FnRowsCPU, err = intakeCPURun(ctx, e, n, false); err != nil {
+		return res, fmt.Errorf("nudge_schedule once per row: %w", err)
+	}
+	if res.BulkCPU, err = intakeCPURun(ctx, e, n, true); err != nil {
+		return res, fmt.Errorf("the bulk intake: %w", err)
+	}
 	return res, nil
+}
+
+// intakeCPURun writes the N intents into a schema of its own over one
+// connection, in statements of intakeCPUStatement rows, and returns the
+// backend's CPU-s per 1,000 (/proc/<pid>/schedstat, nanoseconds): with
+// bulk, intake.ScheduleMany (the statement behind nudgectl schedule -f,
+// campaign slices and a web tier's batches); otherwise nudge_schedule once
+// per row (SELECT count(nudge_schedule(...)) FROM unnest(...), as an
+// import written in SQL calls it). Issue 18's bar: the function at most
+// 1.5× the bulk path. Both run as the schema's owner, after one intent
+// that warms the backend's caches and plans.
+func intakeCPURun(ctx context.Context, e *env, n int, bulk bool) (float64, error) {
+	pool, _, done, err := planningSchema(ctx, e, "bench_intake")
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return 0, err
+	}
+	due := time.Now().Add(time.Hour).UTC()
+	deadline := due.Add(47 * time.Hour)
+	write := func(from, to int) error {
+		if bulk {
+			reqs := make([]intake.Request, 0, to-from)
+			for i := from; i < to; i++ {
+				tenant, key, recipient, data := planningReminder(i, due)
+				reqs = append(reqs, intake.Request{Tenant: tenant, Key: key, Channel: reminder.Email, Recipient: recipient,
+					Template: "course-expiry", Data: data, DueAt: due, Deadline: deadline})
+			}
+			out, err := intake.ScheduleMany(ctx, conn, reqs)
+			if err != nil {
+				return err
+			}
+			for _, o := range out {
+				if o.Err != nil || o.Status != intake.Created {
+					return fmt.Errorf("intent %d: %s %v", from, o.Status, o.Err)
+				}
+			}
+			return nil
+		}
+		var tenants, keys, recipients []string
+		var datas []map[string]any
+		for i := from; i < to; i++ {
+			tenant, key, recipient, data := planningReminder(i, due)
+			tenants, keys, recipients, datas = append(tenants, tenant), append(keys, key), append(recipients, recipient), append(datas, data)
+		}
+		var got int
+		if err := conn.QueryRow(ctx, stmt("NudgeScheduleRows"), tenants, keys, recipients, datas, due, deadline).Scan(&got); err != nil {
+			return err
+		}
+		if got != to-from {
+			return fmt.Errorf("%d of %d intents scheduled", got, to-from)
+		}
+		return nil
+	}
+	if err := write(0, 1); err != nil { // intent 0 warms the backend
+		return 0, err
+	}
+	cpu0, start := backendCPU(pid), time.Now()
+	for from := 1; from <= n; from += intakeCPUStatement {
+		if err := write(from, min(from+intakeCPUStatement, n+1)); err != nil {
+			return 0, err
+		}
+	}
+	cpu1 := backendCPU(pid)
+	e.measuredSince(start)
+	if cpu0 < 0 || cpu1 < 0 {
+		return 0, fmt.Errorf("reading the backend's CPU from /proc/%d/schedstat (is PostgreSQL on this machine?)", pid)
+	}
+	var got int
+	if err := pool.QueryRow(ctx, stmt("ReminderCount")).Scan(&got); err != nil {
+		return 0, err
+	}
+	if got != n+1 {
+		return 0, fmt.Errorf("%d of %d reminders scheduled", got, n+1)
+	}
+	return (cpu1 - cpu0) * 1000 / float64(n), nil
 }
 
 func plannerRun(ctx context.Context, e *env, n int, res *planningResult) error {
@@ -278,27 +381,36 @@ func scheduleFileRun(ctx context.Context, e *env, nudgectl string, n int) (float
 }
 
 // scheduleSQLRun calls nudge_schedule once per reminder, each call its own
-// transaction, over one connection.
-func scheduleSQLRun(ctx context.Context, e *env, n int) (float64, error) {
+// transaction, over one connection, and returns the intents per second and
+// the backend's CPU-s per 1,000.
+func scheduleSQLRun(ctx context.Context, e *env, n int) (rate, cpu float64, err error) {
 	pool, _, done, err := planningSchema(ctx, e, "bench_sql")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer done()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer conn.Release()
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return 0, 0, err
+	}
 	due := time.Now().Add(time.Hour).UTC()
-	start := time.Now()
+	cpu0, start := backendCPU(pid), time.Now()
 	for i := 1; i <= n; i++ {
 		tenant, key, recipient, data := planningReminder(i, due)
 		if _, err := conn.Exec(ctx, stmt("NudgeScheduleOne"), tenant, key, "email", recipient, "course-expiry",
 			data, due, due.Add(47*time.Hour)); err != nil {
-			return 0, fmt.Errorf("reminder %d: %w", i, err)
+			return 0, 0, fmt.Errorf("reminder %d: %w", i, err)
 		}
 	}
+	elapsed, cpu1 := time.Since(start), backendCPU(pid)
 	e.measuredSince(start)
-	return float64(n) / time.Since(start).Seconds(), nil
+	if cpu0 < 0 || cpu1 < 0 {
+		return 0, 0, fmt.Errorf("reading the backend's CPU from /proc/%d/schedstat (is PostgreSQL on this machine?)", pid)
+	}
+	return float64(n) / elapsed.Seconds(), (cpu1 - cpu0) * 1000 / float64(n), nil
 }

@@ -352,6 +352,12 @@ SELECT at FROM campaign_slices WHERE campaign_id = $1 ORDER BY slice;
 -- What a web tier runs per reminder (schema 1, widened by 13).
 SELECT nudge_schedule($1, $2, $3, $4, $5, $6::jsonb, $7, $8);
 
+-- name: NudgeScheduleRows
+-- nudge_schedule once per row of one statement, as an import written in SQL
+-- calls it (issue 18's function path: at most 1.5× the bulk statement).
+SELECT count(nudge_schedule(t, k, 'email', r, 'course-expiry', d, $5, $6))
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) AS u(t, k, r, d);
+
 -- name: ReminderCount
 SELECT count(*) FROM reminders;
 

@@ -26,8 +26,10 @@ func pick[T any](xs []T, f func(T) float64) stats {
 	return summarize(v)
 }
 
-func fmtS(s stats) string  { return fmt.Sprintf("%.0f | %.0f | %.0f", s.Median, s.Min, s.Max) }
-func fmtSf(s stats) string { return fmt.Sprintf("%.1f | %.1f | %.1f", s.Median, s.Min, s.Max) }
+func fmtS(s stats) string   { return fmt.Sprintf("%.0f | %.0f | %.0f", s.Median, s.Min, s.Max) }
+func fmtSf(s stats) string  { return fmt.Sprintf("%.1f | %.1f | %.1f", s.Median, s.Min, s.Max) }
+func fmtSf2(s stats) string { return fmt.Sprintf("%.2f | %.2f | %.2f", s.Median, s.Min, s.Max) }
+func fmtSf3(s stats) string { return fmt.Sprintf("%.3f | %.3f | %.3f", s.Median, s.Min, s.Max) }
 
 // fmtR is a median with its range in one cell: "23.4 (20.1–30.2)".
 func fmtR(s stats, prec int) string {
@@ -217,6 +219,15 @@ func report(o options, m machine, r results) error {
 		}
 	} else {
 		p("| a metrics scrape and a reconciler pass at 10M within 2× of 10k | %s | – |\n", notRun)
+	}
+	if len(r.planning) > 0 {
+		fn := pick(r.planning, func(x planningResult) float64 { return x.FnRowsCPU })
+		bulk := pick(r.planning, func(x planningResult) float64 { return x.BulkCPU })
+		rt := pick(r.planning, func(x planningResult) float64 { return ratio(x.FnRowsCPU, x.BulkCPU) })
+		p("| intake by the SQL function (`nudge_schedule` once per row, statements of %s rows) / the bulk path (`intake.ScheduleMany`, same rows), PostgreSQL backend CPU ≤ 1.5× | %.2f (runs: %.2f–%.2f; %.3f / %.3f CPU-s per 1,000) | %s |\n",
+			thousands(intakeCPUStatement), rt.Median, rt.Min, rt.Max, fn.Median, bulk.Median, yes(rt.Median <= 1.5))
+	} else {
+		p("| intake by the SQL function / the bulk path, backend CPU ≤ 1.5× | %s | – |\n", notRun)
 	}
 	if len(r.latency) > 0 {
 		s := pick(r.latency, func(x latencyResult) float64 { return x.Hops[hopEnqueueToTerminal].P99 })
@@ -822,6 +833,13 @@ func reportPlanning(p func(string, ...any), r results) {
 	p("| slice time, ms (mean per run) | %s |\n", fmtSf(pick(r.planning, func(x planningResult) float64 { return x.SliceMs })))
 	p("| slice cycle, ms (median per run) | %s |\n", fmtSf(pick(r.planning, func(x planningResult) float64 { return x.CycleMs })))
 	p("| slices per run | %s |\n\n", fmtS(pick(r.planning, func(x planningResult) float64 { return float64(x.Slices) })))
+	p("**PostgreSQL's CPU per intent** (issue 18's function path): the same intents written again, each way into a schema of its own over one connection, in statements of %s rows: `nudge_schedule` once per row (`SELECT count(nudge_schedule(…)) FROM unnest(…)`, as an import written in SQL calls it) and the bulk statement (`intake.ScheduleMany`); beside them the one-call-per-transaction run above. The backend's CPU from `/proc/<pid>/schedstat` (nanoseconds) over the writes, after one intent that warms its caches and plans; each call of the function runs its own INSERT statements (the wide row, the state row, the event), so it pays per intent what the bulk statement pays per %s: the executor's start on three tables and their indexes, and their CHECK constraints read back from their stored text and prepared.\n\n",
+		thousands(intakeCPUStatement), thousands(intakeCPUStatement))
+	p("| backend CPU-s per 1,000 intents | median | min | max |\n|---|---|---|---|\n")
+	p("| bulk statement, %s rows each | %s |\n", thousands(intakeCPUStatement), fmtSf3(pick(r.planning, func(x planningResult) float64 { return x.BulkCPU })))
+	p("| `nudge_schedule` once per row, %s rows a statement | %s |\n", thousands(intakeCPUStatement), fmtSf3(pick(r.planning, func(x planningResult) float64 { return x.FnRowsCPU })))
+	p("| `nudge_schedule`, one call per transaction | %s |\n", fmtSf3(pick(r.planning, func(x planningResult) float64 { return x.SQLCPU })))
+	p("| function once per row / bulk (≤ 1.5) | %s |\n\n", fmtSf2(pick(r.planning, func(x planningResult) float64 { return ratio(x.FnRowsCPU, x.BulkCPU) })))
 }
 
 // reportStorage prints storage per reminder at each age: each stage's bytes
