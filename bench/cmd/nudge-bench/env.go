@@ -100,8 +100,56 @@ type cpuTicks struct{ Postgres, RabbitMQ, Harness, Provider, Other float64 }
 
 const clockTicks = 100.0 // USER_HZ on Linux
 
-func readCPU() cpuTicks {
-	var c cpuTicks
+// owner is whose cost a process's CPU is: a field of cpuTicks.
+type owner int
+
+const (
+	ownerOther owner = iota
+	ownerPostgres
+	ownerRabbitMQ
+	ownerHarness
+	ownerProvider
+)
+
+func (c *cpuTicks) add(o owner, sec float64) {
+	switch o {
+	case ownerPostgres:
+		c.Postgres += sec
+	case ownerRabbitMQ:
+		c.RabbitMQ += sec
+	case ownerHarness:
+		c.Harness += sec
+	case ownerProvider:
+		c.Provider += sec
+	default:
+		c.Other += sec
+	}
+}
+
+// cpuSample is one reading of every process's CPU time from /proc. The
+// difference of two (sub) counts each process's own CPU between them, so
+// that a process exiting in between neither takes its earlier CPU out of
+// the figure (a difference of sums went negative when a busy PostgreSQL
+// backend exited during a latency run) nor loses what it used in between.
+type cpuSample struct {
+	procs map[int]procTime
+	// reaped is, for the servers (PostgreSQL, RabbitMQ), the CPU of the
+	// children their processes have reaped (cutime + cstime): the
+	// postmaster's grows by a backend's whole CPU when the backend exits.
+	reaped cpuTicks
+}
+
+// procTime is one process in a cpuSample.
+type procTime struct {
+	owner owner
+	// started is the process's start time (clock ticks after boot), which
+	// tells a reused pid apart.
+	started uint64
+	sec     float64
+}
+
+func readCPU() cpuSample {
+	c := cpuSample{procs: map[int]procTime{}}
 	self, provider := os.Getpid(), int(fakeProviderPID.Load())
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
@@ -113,37 +161,73 @@ func readCPU() cpuTicks {
 		if err != nil {
 			continue
 		}
-		s := string(b)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
+		p, reaped, ok := parseStat(string(b), pid, self, provider)
+		if !ok {
 			continue
 		}
-		comm := s[open+1 : close]
-		f := strings.Fields(s[close+2:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		sec := (ut + st) / clockTicks
-		switch {
-		case pid == self:
-			c.Harness += sec
-		case pid == provider:
-			c.Provider += sec
-		case comm == "postgres" || strings.HasPrefix(comm, "postgres"):
-			c.Postgres += sec
-		case comm == "beam.smp" || comm == "erl_child_setup" || comm == "epmd" || comm == "inet_gethost":
-			c.RabbitMQ += sec
-		default:
-			c.Other += sec
+		c.procs[pid] = p
+		if p.owner == ownerPostgres || p.owner == ownerRabbitMQ {
+			c.reaped.add(p.owner, reaped)
 		}
 	}
 	return c
 }
 
-func (a cpuTicks) sub(b cpuTicks) cpuTicks {
-	return cpuTicks{a.Postgres - b.Postgres, a.RabbitMQ - b.RabbitMQ, a.Harness - b.Harness, a.Provider - b.Provider, a.Other - b.Other}
+// parseStat reads one /proc/PID/stat line: the process's owner (self is
+// the harness, provider the fake provider's pid), its start time and CPU
+// seconds, and the CPU seconds of the children it has reaped.
+func parseStat(s string, pid, self, provider int) (p procTime, reaped float64, ok bool) {
+	open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || close < open || close+2 > len(s) {
+		return p, 0, false
+	}
+	comm := s[open+1 : close]
+	f := strings.Fields(s[close+2:]) // f[0] is field 3 (state)
+	if len(f) < 20 {
+		return p, 0, false
+	}
+	ticks := func(i int) float64 { v, _ := strconv.ParseFloat(f[i], 64); return v / clockTicks }
+	p.sec = ticks(11) + ticks(12)                   // utime, stime
+	reaped = ticks(13) + ticks(14)                  // cutime, cstime
+	p.started, _ = strconv.ParseUint(f[19], 10, 64) // starttime
+	switch {
+	case pid == self:
+		p.owner = ownerHarness
+	case pid == provider:
+		p.owner = ownerProvider
+	case comm == "postgres" || strings.HasPrefix(comm, "postgres"):
+		p.owner = ownerPostgres
+	case comm == "beam.smp" || comm == "erl_child_setup" || comm == "epmd" || comm == "inet_gethost":
+		p.owner = ownerRabbitMQ
+	default:
+		p.owner = ownerOther
+	}
+	return p, reaped, true
+}
+
+// sub is the CPU each owner's processes used from start to end: a process
+// in both samples counts its increase, one started in between all of its
+// CPU, and one of the servers' that exited in between what its parent
+// reaped less what it had used before start (never below zero: a child not
+// yet reaped is lost, not negative). Other processes that exited in
+// between are not counted.
+func (end cpuSample) sub(start cpuSample) cpuTicks {
+	var c, gone cpuTicks
+	for pid, e := range end.procs {
+		d := e.sec
+		if s, ok := start.procs[pid]; ok && s.started == e.started {
+			d -= s.sec
+		}
+		c.add(e.owner, d)
+	}
+	for pid, s := range start.procs {
+		if e, ok := end.procs[pid]; !ok || e.started != s.started {
+			gone.add(s.owner, s.sec)
+		}
+	}
+	c.Postgres += max(0, end.reaped.Postgres-start.reaped.Postgres-gone.Postgres)
+	c.RabbitMQ += max(0, end.reaped.RabbitMQ-start.reaped.RabbitMQ-gone.RabbitMQ)
+	return c
 }
 
 // resetPeakRSS resets VmHWM of this process (Linux: clear_refs 5).
