@@ -32,7 +32,9 @@ func TestParseStat(t *testing.T) {
 }
 
 func TestCPUSampleSub(t *testing.T) {
-	pg := func(started uint64, sec float64) procTime { return procTime{owner: ownerPostgres, started: started, sec: sec} }
+	pg := func(started uint64, sec float64) procTime {
+		return procTime{owner: ownerPostgres, started: started, sec: sec}
+	}
 	for _, c := range []struct {
 		name       string
 		start, end cpuSample
