@@ -42,6 +42,10 @@ import (
 // Intents per second is N over the time from the start to the last intent
 // written: for the planner, from publishing the first command to the
 // campaign's end (its ended_at).
+//
+// Then, for issue 18's function-path bar, the same N intents twice more in
+// statements of 1,000 rows, nudge_schedule once per row and the bulk
+// statement, each timed by its PostgreSQL backend's CPU (intakeCPURun).
 
 type planningResult struct {
 	N int
