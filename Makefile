@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nudgehq/nudge/internal/config.Version=$(VERSION)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build lint test test-ratelimit test-deploy test-short demo services fmt clean chaos chaos-short bench
+.PHONY: all build lint test test-ratelimit test-deploy test-bench test-short demo services fmt clean chaos chaos-short bench
 
 all: build
 
@@ -24,6 +24,7 @@ test: services lint
 	$(MAKE) fuzz-short
 	$(MAKE) chaos-short
 	$(MAKE) test-deploy
+	$(MAKE) test-bench
 
 ## lint: no tracked build output or file over 1 MiB, then go vet and staticcheck
 ## on this module and deploy/check (staticcheck's version is pinned here; the
@@ -52,6 +53,12 @@ test-ratelimit:
 ## build, Prometheus rules; a module of its own (deploy/check), no cluster needed
 test-deploy:
 	cd deploy/check && go vet ./... && go test -count=1 ./...
+
+## test-bench: the benchmark harness's own tests (bench/, a module of its own: its report,
+## WAL and CPU accounting, the fake provider's wire), so that `make bench` is not the first to
+## find it broken; a few seconds, no benchmark runs
+test-bench:
+	cd bench && go vet ./... && go test -count=1 ./...
 
 ## fuzz-short: every fuzz target for FUZZTIME (4,000 calls) each, one at a time: the parsers of
 ## hostile input (message bodies and keys, JSON Lines, intake data, the limits file, SMTP URLs,
