@@ -406,8 +406,8 @@ func run(ctx context.Context, o options) error {
 			}
 			fmt.Printf("  planning, n=%d: one planner %.0f intents/s (%d slices, slice %.1f ms, cycle %.1f ms), nudgectl schedule -f %.0f/s, nudge_schedule per row %.0f/s\n",
 				pr.N, pr.PlannerRate, pr.Slices, pr.SliceMs, pr.CycleMs, pr.FileRate, pr.SQLRate)
-			fmt.Printf("  intake backend CPU-s per 1000: nudge_schedule once per row %.3f, bulk %.3f (%.2fx), one call per transaction %.3f\n",
-				pr.FnRowsCPU, pr.BulkCPU, ratio(pr.FnRowsCPU, pr.BulkCPU), pr.SQLCPU)
+			fmt.Printf("  intake backend CPU-s per 1000: nudge_schedule once per row %.3f, bulk %.3f (%.2fx), nudge_schedule_many %.3f, one call per transaction %.3f\n",
+				pr.FnRowsCPU, pr.BulkCPU, ratio(pr.FnRowsCPU, pr.BulkCPU), pr.ManyCPU, pr.SQLCPU)
 			r.planning = append(r.planning, pr)
 			lap("planning")
 		}

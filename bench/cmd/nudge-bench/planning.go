@@ -63,6 +63,9 @@ type planningResult struct {
 	// intakeCPUStatement rows, and of the bulk statement over the same
 	// rows (intakeCPURun).
 	SQLCPU, FnRowsCPU, BulkCPU float64
+	// ManyCPU: nudge_schedule_many (schema 50), the bulk statement called
+	// from SQL with the same rows, as a web tier in any language may.
+	ManyCPU float64
 }
 
 // intakeCPUStatement is the rows per statement of intakeCPURun's two
@@ -126,25 +129,41 @@ func planningRun(ctx context.Context, e *env, nudgectl string, n int) (res plann
 	if res.SQLRate, res.SQLCPU, err = scheduleSQLRun(ctx, e, n); err != nil {
 		return res, fmt.Errorf("nudge_schedule: %w", err)
 	}
-	if res.FnRowsCPU, err = intakeCPURun(ctx, e, n, false); err != nil {
+	if res.FnRowsCPU, err = intakeCPURun(ctx, e, n, intakeFunctionPerRow); err != nil {
 		return res, fmt.Errorf("nudge_schedule once per row: %w", err)
 	}
-	if res.BulkCPU, err = intakeCPURun(ctx, e, n, true); err != nil {
+	if res.BulkCPU, err = intakeCPURun(ctx, e, n, intakeBulk); err != nil {
 		return res, fmt.Errorf("the bulk intake: %w", err)
+	}
+	if res.ManyCPU, err = intakeCPURun(ctx, e, n, intakeMany); err != nil {
+		return res, fmt.Errorf("nudge_schedule_many: %w", err)
 	}
 	return res, nil
 }
 
+// intakeWay is how intakeCPURun writes its intents.
+type intakeWay int
+
+const (
+	// intakeBulk: intake.ScheduleMany, the statement behind nudgectl
+	// schedule -f, campaign slices and a Go web tier's batches.
+	intakeBulk intakeWay = iota
+	// intakeFunctionPerRow: nudge_schedule once per row (SELECT
+	// count(nudge_schedule(...)) FROM unnest(...)), as an import written in
+	// SQL calls it.
+	intakeFunctionPerRow
+	// intakeMany: nudge_schedule_many (schema 50), the same statement as
+	// the bulk path behind a SQL function, with the rows as arrays.
+	intakeMany
+)
+
 // intakeCPURun writes the N intents into a schema of its own over one
-// connection, in statements of intakeCPUStatement rows, and returns the
-// backend's CPU-s per 1,000 (/proc/<pid>/schedstat, nanoseconds): with
-// bulk, intake.ScheduleMany (the statement behind nudgectl schedule -f,
-// campaign slices and a web tier's batches); otherwise nudge_schedule once
-// per row (SELECT count(nudge_schedule(...)) FROM unnest(...), as an
-// import written in SQL calls it). Issue 18's bar: the function at most
-// 1.5× the bulk path. Both run as the schema's owner, after one intent
-// that warms the backend's caches and plans.
-func intakeCPURun(ctx context.Context, e *env, n int, bulk bool) (float64, error) {
+// connection, in statements of intakeCPUStatement rows, the given way, and
+// returns the backend's CPU-s per 1,000 (/proc/<pid>/schedstat,
+// nanoseconds). Issue 18's bar: the function once per row at most 1.5× the
+// bulk path. Every way runs as the schema's owner, after one intent that
+// warms the backend's caches and plans.
+func intakeCPURun(ctx context.Context, e *env, n int, way intakeWay) (float64, error) {
 	pool, _, done, err := planningSchema(ctx, e, "bench_intake")
 	if err != nil {
 		return 0, err
@@ -162,7 +181,7 @@ func intakeCPURun(ctx context.Context, e *env, n int, bulk bool) (float64, error
 	due := time.Now().Add(time.Hour).UTC()
 	deadline := due.Add(47 * time.Hour)
 	write := func(from, to int) error {
-		if bulk {
+		if way == intakeBulk {
 			reqs := make([]intake.Request, 0, to-from)
 			for i := from; i < to; i++ {
 				tenant, key, recipient, data := planningReminder(i, due)
@@ -187,7 +206,11 @@ func intakeCPURun(ctx context.Context, e *env, n int, bulk bool) (float64, error
 			tenants, keys, recipients, datas = append(tenants, tenant), append(keys, key), append(recipients, recipient), append(datas, data)
 		}
 		var got int
-		if err := conn.QueryRow(ctx, stmt("NudgeScheduleRows"), tenants, keys, recipients, datas, due, deadline).Scan(&got); err != nil {
+		q := stmt("NudgeScheduleRows")
+		if way == intakeMany {
+			q = stmt("NudgeScheduleMany")
+		}
+		if err := conn.QueryRow(ctx, q, tenants, keys, recipients, datas, due, deadline).Scan(&got); err != nil {
 			return err
 		}
 		if got != to-from {

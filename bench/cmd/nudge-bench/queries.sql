@@ -358,6 +358,15 @@ SELECT nudge_schedule($1, $2, $3, $4, $5, $6::jsonb, $7, $8);
 SELECT count(nudge_schedule(t, k, 'email', r, 'course-expiry', d, $5, $6))
   FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) AS u(t, k, r, d);
 
+-- name: NudgeScheduleMany
+-- The same rows in one call of nudge_schedule_many (schema 50), as a web
+-- tier in any language may send a batch: how many were created.
+SELECT count(*) FILTER (WHERE status = 'created')
+  FROM nudge_schedule_many($1::text[], $2::text[], array_fill('email'::text, ARRAY[cardinality($1::text[])]),
+                           $3::text[], array_fill('course-expiry'::text, ARRAY[cardinality($1::text[])]),
+                           $4::jsonb[], array_fill($5::timestamptz, ARRAY[cardinality($1::text[])]),
+                           array_fill($6::timestamptz, ARRAY[cardinality($1::text[])]));
+
 -- name: ReminderCount
 SELECT count(*) FROM reminders;
 
