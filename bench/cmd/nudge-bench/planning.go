@@ -112,6 +112,26 @@ func planningSchema(ctx context.Context, e *env, prefix string) (*pgxpool.Pool, 
 	return pool, url, done, nil
 }
 
+// planningBackend is a schema of its own (planningSchema) and one
+// connection to it with its backend's pid, whose CPU a run reads; done
+// releases the connection and drops the schema.
+func planningBackend(ctx context.Context, e *env, prefix string) (pool *pgxpool.Pool, conn *pgxpool.Conn, pid int, done func(), err error) {
+	pool, _, drop, err := planningSchema(ctx, e, prefix)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	if conn, err = pool.Acquire(ctx); err != nil {
+		drop()
+		return nil, nil, 0, nil, err
+	}
+	done = func() { conn.Release(); drop() }
+	if err := conn.QueryRow(ctx, stmt("BackendPID")).Scan(&pid); err != nil {
+		done()
+		return nil, nil, 0, nil, err
+	}
+	return pool, conn, pid, done, nil
+}
+
 // planningReminder is reminder i as all three ways write it.
 func planningReminder(i int, due time.Time) (tenant, key, recipient string, data map[string]any) {
 	return "tenant-0", fmt.Sprintf("campaign-bench:%d", i), fmt.Sprintf("learner-%d@example.org", i),
@@ -164,20 +184,11 @@ const (
 // bulk path. Every way runs as the schema's owner, after one intent that
 // warms the backend's caches and plans.
 func intakeCPURun(ctx context.Context, e *env, n int, way intakeWay) (float64, error) {
-	pool, _, done, err := planningSchema(ctx, e, "bench_intake")
+	pool, conn, pid, done, err := planningBackend(ctx, e, "bench_intake")
 	if err != nil {
 		return 0, err
 	}
 	defer done()
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Release()
-	var pid int
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		return 0, err
-	}
 	due := time.Now().Add(time.Hour).UTC()
 	deadline := due.Add(47 * time.Hour)
 	write := func(from, to int) error {
@@ -411,20 +422,11 @@ func scheduleFileRun(ctx context.Context, e *env, nudgectl string, n int) (float
 // transaction, over one connection, and returns the intents per second and
 // the backend's CPU-s per 1,000.
 func scheduleSQLRun(ctx context.Context, e *env, n int) (rate, cpu float64, err error) {
-	pool, _, done, err := planningSchema(ctx, e, "bench_sql")
+	_, conn, pid, done, err := planningBackend(ctx, e, "bench_sql")
 	if err != nil {
 		return 0, 0, err
 	}
 	defer done()
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer conn.Release()
-	var pid int
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		return 0, 0, err
-	}
 	due := time.Now().Add(time.Hour).UTC()
 	cpu0, start := backendCPU(pid), time.Now()
 	for i := 1; i <= n; i++ {
