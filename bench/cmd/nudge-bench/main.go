@@ -202,6 +202,7 @@ type results struct {
 	scale    []scaleResult
 	scrape   []scrapeResult
 	sched    []riverResult // River, jobs inserted as scheduled, headline worker count
+	tunedSMS []riverResult // River tuned, each job sending an SMS to the fake provider, headline worker count
 	burst    []latencyResult
 	planning []planningResult
 	storage  storageResult // after the first headline run
@@ -366,6 +367,12 @@ func run(ctx context.Context, o options) error {
 					}
 					fmt.Printf("  %s, %d clients, n=%d: %.0f jobs/s (%s)\n", riverScheduled, k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
 					r.sched = append(r.sched, vr)
+					vr, err = riverRun(ctx, e, o.nFor(k), k, riverTunedSMS)
+					if err != nil {
+						return fmt.Errorf("%s, %d workers: %w", riverTunedSMS, k, err)
+					}
+					fmt.Printf("  %s, %d clients, n=%d: %.0f jobs/s (%s)\n", riverTunedSMS, k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
+					r.tunedSMS = append(r.tunedSMS, vr)
 				}
 				lap("river")
 			}

@@ -154,8 +154,22 @@ func report(o options, m machine, r results) error {
 					rs, ss.Median, ss.Min, ss.Max, tunedS[i].Median, yes(rs >= 1.0))
 			}
 			if k == o.headline {
-				// Issue 18's bars for the headline run.
-				p("| Nudge e2e / River tuned as `river bench`, issue 18's bar ≥ 0.5 | %.2f | %s |\n", rt, yes(rt >= 0.5))
+				// Issue 18's bars for the headline run. The bar was set on
+				// the first row (the HTTP provider against no-op jobs),
+				// which the two rows after it split into the same work on
+				// both sides.
+				p("| Nudge e2e / River tuned as `river bench`, issue 18's bar ≥ 0.5 (Nudge sending over HTTP, River's jobs doing nothing) | %.2f | %s |\n", rt, yes(rt >= 0.5))
+				if len(r.sink) > 0 {
+					ss := pick(r.sink, func(x e2eResult) float64 { return x.Rate })
+					rs := ratio(ss.Median, tunedS[i].Median)
+					p("| same work, no provider: Nudge with the in-process sink / River tuned's no-op jobs ≥ 0.5 | %.2f | %s |\n", rs, yes(rs >= 0.5))
+				}
+				if len(r.tunedSMS) > 0 {
+					ts := pick(r.tunedSMS, func(x riverResult) float64 { return x.Rate })
+					rs := ratio(nudgeS[i].Median, ts.Median)
+					p("| same work, the HTTP provider: Nudge / River tuned with each job sending its SMS through the same client to the same fake provider ≥ 0.5 | %.2f (%.0f / %.0f [%.0f–%.0f]) | %s |\n",
+						rs, nudgeS[i].Median, ts.Median, ts.Min, ts.Max, yes(rs >= 0.5))
+				}
 				if len(r.sched) > 0 {
 					ss := pick(r.sched, func(x riverResult) float64 { return x.Rate })
 					rs := ratio(nudgeS[i].Median, ss.Median)
@@ -273,7 +287,12 @@ func report(o options, m machine, r results) error {
 				ss := pick(r.sched, func(x riverResult) float64 { return x.Rate })
 				p("| %d | %s | River, jobs inserted as scheduled, default settings | %s | %.2f |\n", k, thousands(o.nFor(k)), fmtS(ss), ratio(nudgeS[i].Median, ss.Median))
 			}
+			if k == o.headline && len(r.tunedSMS) > 0 {
+				ts := pick(r.tunedSMS, func(x riverResult) float64 { return x.Rate })
+				p("| %d | %s | River tuned as `river bench`, each job sending an SMS to the fake provider | %s | %.2f |\n", k, thousands(o.nFor(k)), fmtS(ts), ratio(nudgeS[i].Median, ts.Median))
+			}
 		}
+		p("\nThe **each job sending an SMS** row (headline worker count only) is River tuned as above whose jobs do what a Nudge worker does for a reminder at the provider: each job sends the SMS of the reminder with its number (same recipient, template, data and idempotency key) through the same client (`sms.New`'s default, as the `sms-worker` binary wires it) to the same fake provider in a process of its own, and fails if the send fails. The no-op rows measure River's queue alone, so Nudge's HTTP row against them compares different work (a provider round trip per reminder against none); this row and the in-process sink row against the no-op jobs are the two same-work comparisons. River's client side of the send runs in the harness process, as Nudge's does, and the fake's CPU is counted apart (its own column).\n")
 		p("\nThe **inserted as scheduled** row (headline worker count only) inserts every job with `ScheduledAt` a second in the past, so it is stored `scheduled`, as a reminder is stored pending before it is due: River's scheduler (run by the elected leader, every few seconds, in batches) moves the jobs to `available` before any client can work them, as Nudge's dispatcher claims its due rows; its rate is N / (clients started → last `finalized_at`), since the moves come before the first attempt.\n")
 		p("\n%s", failedPassesNote(func(yield func([]string) bool) {
 			for _, k := range o.workers {
@@ -309,6 +328,9 @@ func report(o options, m machine, r results) error {
 			cpuRow("River tuned as `river bench`", k, riverCosts(r.tuned[k]))
 			if k == o.headline && len(r.sched) > 0 {
 				cpuRow("River, jobs inserted as scheduled", k, riverCosts(r.sched))
+			}
+			if k == o.headline && len(r.tunedSMS) > 0 {
+				cpuRow("River tuned, each job sending an SMS", k, riverCosts(r.tunedSMS))
 			}
 		}
 		p("\n### Claim-to-terminal latency under saturation (not the 50%%-load target)\n\n")

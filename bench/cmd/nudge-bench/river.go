@@ -12,6 +12,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/nudgehq/nudge/internal/provider"
 )
 
 type noopArgs struct {
@@ -29,6 +31,26 @@ type noopWorker struct {
 func (w noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
 	w.worked.Add(1)
 	return nil
+}
+
+// smsJobWorker sends each job's SMS through sender (fakeSMS's client, which
+// counts the sends for pollDB), the message Nudge's e2e run sends for its
+// reminder of the same number (nudgeSetup.schedule): same recipient,
+// template, data and idempotency key. A send that fails fails the job,
+// which River retries later; the run then does not complete and says so.
+type smsJobWorker struct {
+	river.WorkerDefaults[noopArgs]
+	sender countedSMS
+}
+
+func (w *smsJobWorker) Work(ctx context.Context, job *river.Job[noopArgs]) error {
+	i := job.Args.N
+	_, err := w.sender.Send(ctx, provider.Message{
+		ReminderID: job.ID, IdempotencyKey: fmt.Sprintf("bench:%d", i), Tenant: fmt.Sprintf("tenant-%d", i%4),
+		Recipient: fmt.Sprintf("+1415%07d", i), Template: "course-expiry",
+		Data: map[string]any{"course": "Go 101"}, Deadline: job.CreatedAt.Add(48 * time.Hour),
+	})
+	return err
 }
 
 // riverResult is one River run.
@@ -69,6 +91,14 @@ const (
 	// is due: River's scheduler then moves them to available, as Nudge's
 	// dispatcher claims its due rows, and the run pays for that.
 	riverScheduled
+	// riverTunedSMS: tuned, and each job sends an SMS as Nudge's e2e run
+	// does: the same client (sms.New's default, fakeSMS) to the same fake
+	// provider in a process of its own, the same message. The no-op jobs
+	// measure River's queue alone; Nudge's HTTP row also pays for the
+	// provider's round trip (its client side in the harness, its server
+	// side in the fake's process), so this row is the same work on both
+	// sides, as the in-process sink row is for the no-op jobs.
+	riverTunedSMS
 )
 
 func (c riverConfig) String() string {
@@ -77,6 +107,8 @@ func (c riverConfig) String() string {
 		return "river tuned as river bench"
 	case riverScheduled:
 		return "river, jobs inserted as scheduled"
+	case riverTunedSMS:
+		return "river tuned, each job sending an SMS"
 	}
 	return "river"
 }
@@ -88,7 +120,7 @@ func (c riverConfig) clientConfig(schema string, workers *river.Workers, logger 
 		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: riverPerWorker}},
 		ID:     id,
 	}
-	if c == riverTuned {
+	if c == riverTuned || c == riverTunedSMS {
 		cfg.FetchCooldown = riverBenchFetchCooldown
 		cfg.FetchPollInterval = riverBenchFetchPollInterval
 		cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: riverBenchMaxWorkers}}
@@ -123,7 +155,16 @@ func riverRun(ctx context.Context, e *env, n, k int, cfg riverConfig) (riverResu
 	}
 	workers := river.NewWorkers()
 	var worked atomic.Int64
-	river.AddWorker(workers, noopWorker{worked: &worked})
+	if cfg == riverTunedSMS {
+		client, stop, err := fakeSMS(&worked)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
+		river.AddWorker(workers, &smsJobWorker{sender: client})
+	} else {
+		river.AddWorker(workers, noopWorker{worked: &worked})
+	}
 	quiet := slog.New(slog.DiscardHandler)
 	// The warm-up (-warmup): not for jobs inserted as scheduled, whose window
 	// starts with the clients' start as it did before: with clients already
