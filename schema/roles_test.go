@@ -22,6 +22,7 @@ import (
 	"github.com/nudgehq/nudge/internal/store"
 	"github.com/nudgehq/nudge/internal/testenv"
 	"github.com/nudgehq/nudge/pkg/intake"
+	"github.com/nudgehq/nudge/pkg/localtime"
 	"github.com/nudgehq/nudge/pkg/reminder"
 	"github.com/nudgehq/nudge/schema"
 )
@@ -488,6 +489,71 @@ func TestIntakeRoleActsForItsTenantsOnly(t *testing.T) {
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "42501", pgErr.Code)
+}
+
+// A Go web tier links pkg/intake and connects as a login of nudge_intake:
+// Schedule goes through nudge_try_schedule, so it works for the login's
+// tenants, inside the application's transaction, with every status and
+// error a caller handles, and is refused for another tenant.
+func TestIntakeLoginSchedulesThroughPkgIntake(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	ctx := context.Background()
+	web, login := b.login(t, "nudge_intake")
+	b.grantTenant(t, login, "acme")
+	req := intake.Request{Tenant: "acme", Key: "renewal:1", Channel: reminder.Email, Recipient: "learner@example.com",
+		Template: "course-expiry", Data: map[string]any{"course": "Go 101"}, DueAt: b.now.Add(time.Hour), Deadline: b.now.Add(2 * time.Hour)}
+
+	res, err := intake.Schedule(ctx, web, req)
+	require.NoError(t, err)
+	require.Equal(t, intake.Created, res.Status)
+	again, err := intake.Schedule(ctx, web, req)
+	require.NoError(t, err)
+	require.Equal(t, intake.Result{ID: res.ID, Status: intake.Exists}, again, "the same content again converges")
+	changed := req
+	changed.Recipient = "other@example.com"
+	_, err = intake.Schedule(ctx, web, changed)
+	var conflict *intake.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, res.ID, conflict.ID)
+	bad := req
+	bad.Key, bad.Deadline = "renewal:bad", req.DueAt.Add(-time.Minute)
+	_, err = intake.Schedule(ctx, web, bad)
+	var verr *intake.ValidationError
+	require.ErrorAs(t, err, &verr)
+	require.Equal(t, "deadline", verr.Field)
+
+	// Local time: 09:00 in the recipient's zone, sent on weekdays only.
+	w, err := localtime.ParseWindow("mon-fri 08:00-21:00")
+	require.NoError(t, err)
+	local := intake.Request{Tenant: "acme", Key: "renewal:local", Channel: reminder.SMS, Recipient: "+14155550100",
+		Template: "course-expiry", TZ: "Europe/Stockholm", DueLocal: "2027-03-29T09:00", DeadlineLocal: "2027-03-29T21:00", Window: &w}
+	lres, err := intake.Schedule(ctx, web, local)
+	require.NoError(t, err)
+	r, err := intake.Get(ctx, web, lres.ID)
+	require.NoError(t, err)
+	require.True(t, r.DueAt.Equal(time.Date(2027, 3, 29, 7, 0, 0, 0, time.UTC)), "09:00 CEST is 07:00 UTC, got %s", r.DueAt)
+
+	// Inside the application's transaction: rolled back, nothing is left.
+	tx, err := web.Begin(ctx)
+	require.NoError(t, err)
+	inTx := req
+	inTx.Key = "renewal:rolled-back"
+	_, err = intake.Schedule(ctx, tx, inTx)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	_, err = intake.GetByKey(ctx, web, "acme", "renewal:rolled-back")
+	require.ErrorIs(t, err, intake.ErrNotFound)
+
+	// Another tenant: refused with 42501, nothing written.
+	theirs := req
+	theirs.Tenant = "globex"
+	_, err = intake.Schedule(ctx, web, theirs)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42501", pgErr.Code)
+	require.Equal(t, 0, count(t, b.db.Pool, `SELECT id FROM reminders WHERE tenant = 'globex'`))
+	require.Equal(t, 2, count(t, b.db.Pool, `SELECT id FROM reminders WHERE tenant = 'acme'`))
 }
 
 func TestIntakeLoginForEveryTenantNarrowsPerTransaction(t *testing.T) {

@@ -22,7 +22,8 @@ import (
 // PostgreSQL backend that served each (from /proc/PID/stat), per 1,000
 // reminders: the SQL function nudge_schedule called once per reminder, each
 // call a transaction of its own, by a login of nudge_intake granted its
-// tenants (as a web tier calls it) and by the schema's owner; the function
+// tenants (as a web tier calls it) and by the schema's owner; intake.Schedule
+// once per reminder, each a transaction, by the owner; the function
 // called once per row of a statement over 1,000 rows (SELECT
 // nudge_schedule(...) FROM unnest(...), as an import job calls it); and the
 // set-based bulk path (intake.ScheduleMany, batches of 1,000). The
@@ -39,7 +40,7 @@ func BenchmarkScheduleFunctionVsBulk(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("NUDGE_BENCH_N")); err == nil && v > 0 {
 		n = v
 	}
-	ways := []string{"function, intake login", "function, owner", "function per row, batches", "bulk"}
+	ways := []string{"function, intake login", "function, owner", "Schedule, owner", "function per row, batches", "bulk"}
 	if v := os.Getenv("NUDGE_BENCH_WAYS"); v != "" {
 		ways = strings.Split(v, ";")
 	}
@@ -49,7 +50,7 @@ func BenchmarkScheduleFunctionVsBulk(b *testing.B) {
 			cpu[how] = scheduleCPU(b, n, how)
 		}
 		units := map[string]string{"function, intake login": "fn-login", "function, owner": "fn-owner",
-			"function per row, batches": "fn-rows", "bulk": "bulk"}
+			"Schedule, owner": "schedule", "function per row, batches": "fn-rows", "bulk": "bulk"}
 		for how, c := range cpu {
 			b.ReportMetric(c, units[how]+"-cpu-s/1k")
 			if bulk, ok := cpu["bulk"]; ok && how != "bulk" {
@@ -136,6 +137,12 @@ func scheduleCPU(b *testing.B, n int, how string) float64 {
 			if _, err := conn.Exec(ctx, `SELECT nudge_schedule(t, k, 'sms', r, 'course-expiry', '{"course":"Go 101"}', $4, $5)
 				FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, k, r)`, tenants, keys, recipients, due, due.Add(2*time.Hour)); err != nil {
 				b.Fatal(err)
+			}
+		}
+	} else if how == "Schedule, owner" {
+		for i := range n {
+			if res, err := intake.Schedule(ctx, conn, req(i)); err != nil || res.Status != intake.Created {
+				b.Fatalf("Schedule: %+v, %v", res, err)
 			}
 		}
 	} else {

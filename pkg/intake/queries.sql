@@ -116,6 +116,14 @@ SELECT coalesce(n.id, o.id),
                      OFFSET 0) o ON true
  ORDER BY i.ord;
 
+-- name: TrySchedule
+-- One reminder, as a web tier schedules it (Schedule): nudge_try_schedule
+-- checks the tenant (SECURITY DEFINER) and runs the body every intake
+-- function shares (nudge_try_schedule_unchecked), actor "intake".
+SELECT id, status, field, reason
+  FROM nudge_try_schedule($1, $2, $3, $4, $5, $6::jsonb, $7, $8, 'intake',
+                          $9, $10::timestamp, $11::timestamp, $12::time, $13::time, $14);
+
 -- name: Cancel
 SELECT nudge_cancel($1, $2, $3, $4);
 
