@@ -554,6 +554,15 @@ func TestIntakeLoginSchedulesThroughPkgIntake(t *testing.T) {
 	require.Equal(t, "42501", pgErr.Code)
 	require.Equal(t, 0, count(t, b.db.Pool, `SELECT id FROM reminders WHERE tenant = 'globex'`))
 	require.Equal(t, 2, count(t, b.db.Pool, `SELECT id FROM reminders WHERE tenant = 'acme'`))
+
+	// ScheduleMany writes the tables itself, which this login may not: its
+	// error says what the login can call instead.
+	many := req
+	many.Key = "renewal:many"
+	_, err = intake.ScheduleMany(ctx, web, []intake.Request{many})
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42501", pgErr.Code)
+	require.ErrorContains(t, err, "nudge_schedule_many")
 }
 
 func TestIntakeLoginForEveryTenantNarrowsPerTransaction(t *testing.T) {

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/nudgehq/nudge/internal/pg"
 	"github.com/nudgehq/nudge/internal/sqlfile"
 	"github.com/nudgehq/nudge/pkg/localtime"
@@ -221,7 +223,7 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 	rows, err := q.Query(ctx, query("ScheduleMany"), tenants, keys, channels, recipients, templates, datas,
 		dues, deadlines, actor, local.tz, local.due, local.deadline, local.open, local.close, local.days)
 	if err != nil {
-		return nil, fmt.Errorf("scheduling %d reminders: %w", n, err)
+		return nil, scheduleManyError(n, err)
 	}
 	defer rows.Close()
 	i := 0
@@ -240,12 +242,25 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		i++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("scheduling %d reminders: %w", n, err)
+		return nil, scheduleManyError(n, err)
 	}
 	if i != n {
 		return nil, fmt.Errorf("scheduling %d reminders: got %d results", n, i)
 	}
 	return out, nil
+}
+
+// scheduleManyError wraps a failure of the batch statement. A refused table
+// privilege says which calls a login without one has: the statement writes
+// the tables directly, which the web tier's nudge_intake login may not.
+func scheduleManyError(n int, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("scheduling %d reminders: %w (ScheduleMany writes the tables itself: run it as nudge_operator "+
+			"or the schema's owner; a nudge_intake login schedules with Schedule, or many at once with "+
+			"SELECT * FROM nudge_schedule_many(...), schema 50)", n, err)
+	}
+	return fmt.Errorf("scheduling %d reminders: %w", n, err)
 }
 
 func marshalData(d any) (string, error) {
