@@ -142,6 +142,83 @@ func TestScheduleInsideCallersTransaction(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// Two transactions schedule the same key at once: the second waits for the
+// first and then answers as if it had come after it: exists (same content),
+// conflict (other content), or created (the first rolled back).
+func TestScheduleWaitsForAConcurrentSchedulerOfTheSameKey(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name      string
+		other     string // the second request's recipient
+		commit    bool
+		want      intake.Status
+		wantOther bool // a *ConflictError naming the first's id
+	}{
+		{"same content, committed", "learner42@example.com", true, intake.Exists, false},
+		{"other content, committed", "someone@example.com", true, "", true},
+		{"rolled back", "learner42@example.com", false, intake.Created, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			first := valid()
+			first.Key = "concurrent:" + c.name
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			res1, err := intake.Schedule(ctx, tx, first)
+			require.NoError(t, err)
+			var firstPID int
+			require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&firstPID))
+
+			second := first
+			second.Recipient = c.other
+			type outcome struct {
+				res intake.Result
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := intake.Schedule(ctx, db.Pool, second)
+				done <- outcome{res, err}
+			}()
+			// The second waits for the first's transaction (the server
+			// reports it blocked by the first's backend), not on a timer of
+			// this test.
+			require.Eventually(t, func() bool {
+				var waiting int
+				_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
+					firstPID).Scan(&waiting)
+				return waiting > 0
+			}, 10*time.Second, 10*time.Millisecond, "the second Schedule does not wait for the first")
+			select {
+			case o := <-done:
+				t.Fatalf("the second Schedule returned while the first was open: %+v", o)
+			default:
+			}
+			if c.commit {
+				require.NoError(t, tx.Commit(ctx))
+			} else {
+				require.NoError(t, tx.Rollback(ctx))
+			}
+			o := <-done
+			if c.wantOther {
+				var conflict *intake.ConflictError
+				require.ErrorAs(t, o.err, &conflict)
+				require.Equal(t, res1.ID, conflict.ID)
+				return
+			}
+			require.NoError(t, o.err)
+			require.Equal(t, c.want, o.res.Status)
+			if c.commit {
+				require.Equal(t, res1.ID, o.res.ID)
+			} else {
+				require.NotEqual(t, res1.ID, o.res.ID)
+			}
+		})
+	}
+}
+
 func TestScheduleManyKeepsGoodRows(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
