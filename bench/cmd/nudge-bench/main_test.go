@@ -47,3 +47,21 @@ func TestBuildOrder(t *testing.T) {
 		t.Errorf("buildOrder reordered its argument: %v", in)
 	}
 }
+
+// The dispatcher's target shows each run's own ratio, pair by pair, beside
+// the ratio of the medians.
+func TestPairedRatios(t *testing.T) {
+	disp := []dispatchResult{{Rate: 33454}, {Rate: 23784}, {Rate: 23998}}
+	raw := []rawResult{{PublishRate: 36645}, {PublishRate: 23667}, {PublishRate: 31481}}
+	rate := func(d dispatchResult) float64 { return d.Rate }
+	pub := func(x rawResult) float64 { return x.PublishRate }
+	if got, want := pairedRatios(disp, raw, rate, pub), "0.91, 1.00, 0.76"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := pairedRatios(disp, raw[:2], rate, pub); got != "0.91, 1.00" {
+		t.Errorf("a run without its pair: got %q", got)
+	}
+	if got := pairedRatios(disp, []rawResult{{}}, rate, pub); got != "0.00" {
+		t.Errorf("a zero denominator: got %q", got)
+	}
+}
