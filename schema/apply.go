@@ -321,6 +321,42 @@ func lockHolders(ctx context.Context, db pg.Beginner, older time.Duration) []str
 // apply applies m in one transaction with its version row, unless a
 // concurrent run recorded it first. The migration lock is waited for without
 // bound; every statement after it waits for a lock at most lockTimeout.
+// migrationDeadlockTimeout is the deadlock_timeout of a migration's
+// transaction, below the server's (1 s by default) so that in a deadlock
+// with the running fleet the migration is the one that looks first and
+// aborts itself: applyRetrying runs it again, and the fleet's transaction
+// goes on without an error. PostgreSQL checks for a deadlock in the process
+// that has waited deadlock_timeout, and aborts that one; a fleet statement
+// that began waiting on the migration's first lock just before the
+// migration waited for its second (TestRollingUpgrade met it: the
+// reconciler reads reminder_state then reminders, schema 44 locks them the
+// other way) would otherwise look first and be the victim.
+const migrationDeadlockTimeout = 100 * time.Millisecond
+
+// shortDeadlockTimeout sets migrationDeadlockTimeout for the rest of tx, if
+// the role may: deadlock_timeout is a superuser's setting unless granted
+// (GRANT SET ON PARAMETER deadlock_timeout TO the migrating role,
+// docs/deploy.md). Refused, it leaves the server's and says nothing: the
+// migration still retries as a victim, the fleet's statement as its own
+// next attempt.
+func shortDeadlockTimeout(ctx context.Context, tx pgx.Tx) error {
+	sp, err := tx.Begin(ctx) // a savepoint: a refusal must not abort tx
+	if err != nil {
+		return fmt.Errorf("setting deadlock_timeout: %w", err)
+	}
+	if _, err := sp.Exec(ctx, `SELECT set_config('deadlock_timeout', $1, true)`,
+		fmt.Sprintf("%dms", migrationDeadlockTimeout.Milliseconds())); err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return fmt.Errorf("setting deadlock_timeout: %w", rerr)
+		}
+		return nil
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("setting deadlock_timeout: %w", err)
+	}
+	return nil
+}
+
 func apply(ctx context.Context, db pg.Beginner, m Migration, lockTimeout time.Duration) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -339,6 +375,9 @@ func apply(ctx context.Context, db pg.Beginner, m Migration, lockTimeout time.Du
 	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`,
 		fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1))); err != nil {
 		return false, fmt.Errorf("migration %04d: setting lock_timeout: %w", m.Version, err)
+	}
+	if err := shortDeadlockTimeout(ctx, tx); err != nil {
+		return false, fmt.Errorf("migration %04d: %w", m.Version, err)
 	}
 	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS nudge_migrations (
 		version    integer PRIMARY KEY,

@@ -283,3 +283,56 @@ func TestMigrationDeadlockStillRetried(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, []int{9002}, r.applied)
 }
+
+// The other way round, as TestRollingUpgrade met it: a fleet statement waits
+// on the migration's first lock before the migration waits for its second,
+// which the fleet holds. With the server's deadlock_timeout on both sides
+// the fleet, waiting longer, would look first and be the victim; the
+// migration's shorter one (migrationDeadlockTimeout) makes it look first and
+// abort itself, so the fleet's statement succeeds and the migration is
+// applied once the fleet commits. An advisory lock the test holds orders
+// the steps: the migration takes lt_a, then waits for it before lt_b.
+func TestMigrationIsTheVictimWhenTheFleetWaitedFirst(t *testing.T) {
+	t.Parallel()
+	db := testenv.EmptyPostgres(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE lt_a (id int); CREATE TABLE lt_b (id int)`)
+	require.NoError(t, err)
+	gate, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer gate.Rollback(ctx) //nolint:errcheck // rolled back below
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_xact_lock(9003)`)
+	require.NoError(t, err)
+
+	progress := &lockedBuffer{}
+	opts := schema.WithMigrations(schema.Options{LockTimeout: 5 * time.Second, Clock: clock.NewFake(time.Now()),
+		Progress: progress}, []schema.Migration{{Version: 9003, Name: "two_tables_gated",
+		SQL: `LOCK TABLE lt_a IN ACCESS EXCLUSIVE MODE; SELECT pg_advisory_xact_lock(9003);
+		      LOCK TABLE lt_b IN ACCESS EXCLUSIVE MODE; ALTER TABLE lt_a ADD COLUMN x int`}})
+
+	fleet, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer fleet.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = fleet.Exec(ctx, `INSERT INTO lt_b VALUES (1)`)
+	require.NoError(t, err)
+	done := startMigrate(opts, db)
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE locktype = 'advisory' AND objid = 9003 AND NOT granted)`).Scan(&waiting))
+		return waiting
+	}, 8*time.Second, 5*time.Millisecond, "the migration holds lt_a and waits at the gate")
+	fleetDone := make(chan error, 1)
+	go func() {
+		_, err := fleet.Exec(ctx, `INSERT INTO lt_a VALUES (1)`)
+		fleetDone <- err
+	}()
+	awaitLockRequest(t, db, "lt_a", "the fleet waits for lt_a, first")
+	require.NoError(t, gate.Rollback(ctx)) // the migration goes on to lt_b
+	require.NoError(t, <-fleetDone, "the fleet's statement is not the victim")
+	awaitProgress(t, progress, "aborted to break a deadlock")
+	require.NoError(t, fleet.Commit(ctx))
+	r := awaitMigrate(t, done, "the fleet's transaction committed")
+	require.NoError(t, r.err)
+	require.Equal(t, []int{9003}, r.applied)
+}
