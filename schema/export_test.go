@@ -21,3 +21,7 @@ func WithMigrations(o Options, migs []Migration) Options {
 	o.migrations = migs
 	return o
 }
+
+// ShortDeadlockTimeout exposes what a migration's transaction sets first to
+// migrate_locks_test.go.
+var ShortDeadlockTimeout = shortDeadlockTimeout

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nudgehq/nudge/internal/clock"
@@ -335,4 +336,32 @@ func TestMigrationIsTheVictimWhenTheFleetWaitedFirst(t *testing.T) {
 	r := awaitMigrate(t, done, "the fleet's transaction committed")
 	require.NoError(t, r.err)
 	require.Equal(t, []int{9003}, r.applied)
+}
+
+// A role that may not set deadlock_timeout keeps the server's, and its
+// migration's transaction goes on (the refusal is taken back to a
+// savepoint); a superuser's gets migrationDeadlockTimeout.
+func TestShortDeadlockTimeoutIsBestEffort(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	plain, _, _ := db.Login(t, "")
+	var server string
+	require.NoError(t, plain.QueryRow(ctx, `SELECT current_setting('deadlock_timeout')`).Scan(&server))
+	for _, c := range []struct {
+		name string
+		pool *pgxpool.Pool
+		want string
+	}{{"superuser", db.Pool, "100ms"}, {"a login without the grant", plain, server}} {
+		t.Run(c.name, func(t *testing.T) {
+			tx, err := c.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx) //nolint:errcheck // read only
+			require.NoError(t, schema.ShortDeadlockTimeout(ctx, tx))
+			var got string
+			require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('deadlock_timeout')`).Scan(&got),
+				"the transaction goes on")
+			require.Equal(t, c.want, got)
+		})
+	}
 }
