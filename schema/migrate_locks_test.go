@@ -261,28 +261,51 @@ func TestMigrationDeadlockStillRetried(t *testing.T) {
 	t.Parallel()
 	db := testenv.EmptyPostgres(t)
 	ctx := context.Background()
+	d := newDeadlockSetup(t, db, schema.Migration{Version: 9002, Name: "two_tables",
+		SQL: `LOCK TABLE lt_a IN ACCESS EXCLUSIVE MODE; LOCK TABLE lt_b IN ACCESS EXCLUSIVE MODE;
+		      ALTER TABLE lt_a ADD COLUMN x int`})
+	done := startMigrate(d.opts, db)
+	awaitLockRequest(t, db, "lt_b", "the migration holds lt_a and waits for lt_b")
+	_, err := d.fleet.Exec(ctx, `INSERT INTO lt_a VALUES (1)`)
+	require.NoError(t, err, "the fleet's transaction is not the victim")
+	d.awaitRetriedAfterCommit(t, done, 9002)
+}
+
+// deadlockSetup is a deadlock test's two tables (lt_a, lt_b), its one
+// migration's options (on a fake clock, progress recorded) and a fleet
+// transaction that holds a row of lt_b.
+type deadlockSetup struct {
+	opts     schema.Options
+	progress *lockedBuffer
+	fleet    pgx.Tx
+}
+
+func newDeadlockSetup(t *testing.T, db *testenv.DB, m schema.Migration) deadlockSetup {
+	t.Helper()
+	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE lt_a (id int); CREATE TABLE lt_b (id int)`)
 	require.NoError(t, err)
-	progress := &lockedBuffer{}
-	opts := schema.WithMigrations(schema.Options{LockTimeout: 5 * time.Second, Clock: clock.NewFake(time.Now()),
-		Progress: progress}, []schema.Migration{{Version: 9002, Name: "two_tables",
-		SQL: `LOCK TABLE lt_a IN ACCESS EXCLUSIVE MODE; LOCK TABLE lt_b IN ACCESS EXCLUSIVE MODE;
-		      ALTER TABLE lt_a ADD COLUMN x int`}})
+	d := deadlockSetup{progress: &lockedBuffer{}}
+	d.opts = schema.WithMigrations(schema.Options{LockTimeout: 5 * time.Second, Clock: clock.NewFake(time.Now()),
+		Progress: d.progress}, []schema.Migration{m})
+	d.fleet, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.fleet.Rollback(context.Background()) }) // committed by the test
+	_, err = d.fleet.Exec(ctx, `INSERT INTO lt_b VALUES (1)`)
+	require.NoError(t, err)
+	return d
+}
 
-	fleet, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer fleet.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = fleet.Exec(ctx, `INSERT INTO lt_b VALUES (1)`)
-	require.NoError(t, err)
-	done := startMigrate(opts, db)
-	awaitLockRequest(t, db, "lt_b", "the migration holds lt_a and waits for lt_b")
-	_, err = fleet.Exec(ctx, `INSERT INTO lt_a VALUES (1)`)
-	require.NoError(t, err, "the fleet's transaction is not the victim")
-	awaitProgress(t, progress, "aborted to break a deadlock")
-	require.NoError(t, fleet.Commit(ctx))
+// awaitRetriedAfterCommit waits until the migration says it was a
+// deadlock's victim, commits the fleet's transaction, and checks the retry
+// applied version.
+func (d deadlockSetup) awaitRetriedAfterCommit(t *testing.T, done <-chan migrateResult, version int) {
+	t.Helper()
+	awaitProgress(t, d.progress, "aborted to break a deadlock")
+	require.NoError(t, d.fleet.Commit(context.Background()))
 	r := awaitMigrate(t, done, "the fleet's transaction committed")
 	require.NoError(t, r.err)
-	require.Equal(t, []int{9002}, r.applied)
+	require.Equal(t, []int{version}, r.applied)
 }
 
 // The other way round, as TestRollingUpgrade met it: a fleet statement waits
@@ -297,26 +320,15 @@ func TestMigrationIsTheVictimWhenTheFleetWaitedFirst(t *testing.T) {
 	t.Parallel()
 	db := testenv.EmptyPostgres(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `CREATE TABLE lt_a (id int); CREATE TABLE lt_b (id int)`)
-	require.NoError(t, err)
+	d := newDeadlockSetup(t, db, schema.Migration{Version: 9003, Name: "two_tables_gated",
+		SQL: `LOCK TABLE lt_a IN ACCESS EXCLUSIVE MODE; SELECT pg_advisory_xact_lock(9003);
+		      LOCK TABLE lt_b IN ACCESS EXCLUSIVE MODE; ALTER TABLE lt_a ADD COLUMN x int`})
 	gate, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer gate.Rollback(ctx) //nolint:errcheck // rolled back below
 	_, err = gate.Exec(ctx, `SELECT pg_advisory_xact_lock(9003)`)
 	require.NoError(t, err)
-
-	progress := &lockedBuffer{}
-	opts := schema.WithMigrations(schema.Options{LockTimeout: 5 * time.Second, Clock: clock.NewFake(time.Now()),
-		Progress: progress}, []schema.Migration{{Version: 9003, Name: "two_tables_gated",
-		SQL: `LOCK TABLE lt_a IN ACCESS EXCLUSIVE MODE; SELECT pg_advisory_xact_lock(9003);
-		      LOCK TABLE lt_b IN ACCESS EXCLUSIVE MODE; ALTER TABLE lt_a ADD COLUMN x int`}})
-
-	fleet, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer fleet.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = fleet.Exec(ctx, `INSERT INTO lt_b VALUES (1)`)
-	require.NoError(t, err)
-	done := startMigrate(opts, db)
+	done := startMigrate(d.opts, db)
 	require.Eventually(t, func() bool {
 		var waiting bool
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
@@ -325,17 +337,13 @@ func TestMigrationIsTheVictimWhenTheFleetWaitedFirst(t *testing.T) {
 	}, 8*time.Second, 5*time.Millisecond, "the migration holds lt_a and waits at the gate")
 	fleetDone := make(chan error, 1)
 	go func() {
-		_, err := fleet.Exec(ctx, `INSERT INTO lt_a VALUES (1)`)
+		_, err := d.fleet.Exec(ctx, `INSERT INTO lt_a VALUES (1)`)
 		fleetDone <- err
 	}()
 	awaitLockRequest(t, db, "lt_a", "the fleet waits for lt_a, first")
 	require.NoError(t, gate.Rollback(ctx)) // the migration goes on to lt_b
 	require.NoError(t, <-fleetDone, "the fleet's statement is not the victim")
-	awaitProgress(t, progress, "aborted to break a deadlock")
-	require.NoError(t, fleet.Commit(ctx))
-	r := awaitMigrate(t, done, "the fleet's transaction committed")
-	require.NoError(t, r.err)
-	require.Equal(t, []int{9003}, r.applied)
+	d.awaitRetriedAfterCommit(t, done, 9003)
 }
 
 // A role that may not set deadlock_timeout keeps the server's, and its

@@ -136,23 +136,10 @@ var (
 // may not act for fails the call with SQLSTATE 42501. A key another
 // transaction is scheduling waits for that transaction to end.
 func Schedule(ctx context.Context, q Querier, r Request) (Result, error) {
-	if verr := checkText(r); verr != nil {
-		return Result{}, verr
-	}
-	data, err := marshalData(r.Data)
+	local := newLocalArgs(1)
+	data, due, deadline, err := prepare(local, 0, &r)
 	if err != nil {
 		return Result{}, err
-	}
-	local := newLocalArgs(1)
-	if verr := local.set(0, r); verr != nil {
-		return Result{}, verr
-	}
-	var due, deadline *time.Time
-	if !r.DueAt.IsZero() {
-		due = &r.DueAt
-	}
-	if !r.Deadline.IsZero() {
-		deadline = &r.Deadline
 	}
 	var (
 		id            *int64
@@ -193,32 +180,19 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		dues, deadlines = make([]*time.Time, n), make([]*time.Time, n)
 		local           = newLocalArgs(n)
 	)
-	for i, r := range reqs {
+	for i := range reqs {
 		// What PostgreSQL would refuse for the whole statement is refused
 		// here for its own request: it is sent as empty strings and NULLs,
 		// which the function reports as invalid too, and keeps this error.
-		if verr := checkText(r); verr != nil {
-			out[i].Err = verr
-			continue
-		}
-		data, err := marshalData(r.Data)
+		r := &reqs[i]
+		data, due, deadline, err := prepare(local, i, r)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		if verr := local.set(i, r); verr != nil {
-			out[i].Err = verr
-			continue
-		}
 		tenants[i], keys[i], channels[i] = r.Tenant, r.Key, string(r.Channel)
 		recipients[i], templates[i] = r.Recipient, r.Template
-		if !r.DueAt.IsZero() {
-			dues[i] = &reqs[i].DueAt
-		}
-		if !r.Deadline.IsZero() {
-			deadlines[i] = &reqs[i].Deadline
-		}
-		datas[i] = &data
+		dues[i], deadlines[i], datas[i] = due, deadline, &data
 	}
 	rows, err := q.Query(ctx, query("ScheduleMany"), tenants, keys, channels, recipients, templates, datas,
 		dues, deadlines, actor, local.tz, local.due, local.deadline, local.open, local.close, local.days)
@@ -248,6 +222,29 @@ func ScheduleManyAs(ctx context.Context, q Querier, actor string, reqs []Request
 		return nil, fmt.Errorf("scheduling %d reminders: got %d results", n, i)
 	}
 	return out, nil
+}
+
+// prepare checks request i of a call for what is refused before PostgreSQL
+// sees it (text limits, the data object, the zone and wall times: the same
+// for Schedule and ScheduleMany) and fills its local-time columns in local.
+// It returns the data as JSON text and r's instants, nil when not given.
+func prepare(local localArgs, i int, r *Request) (data string, due, deadline *time.Time, err error) {
+	if verr := checkText(*r); verr != nil {
+		return "", nil, nil, verr
+	}
+	if data, err = marshalData(r.Data); err != nil {
+		return "", nil, nil, err
+	}
+	if verr := local.set(i, *r); verr != nil {
+		return "", nil, nil, verr
+	}
+	if !r.DueAt.IsZero() {
+		due = &r.DueAt
+	}
+	if !r.Deadline.IsZero() {
+		deadline = &r.Deadline
+	}
+	return data, due, deadline, nil
 }
 
 // scheduleManyError wraps a failure of the batch statement. A refused table
