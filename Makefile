@@ -113,12 +113,14 @@ demo: services build
 ## vs River vs the raw broker, latency per hop at half load, the claim with 10k to 10M
 ## rows, the real worker's and dispatcher's memory, a campaign's planning rate; writes docs/benchmarks.md and its
 ## chart in under 15 minutes on 2 cores. BENCH_N sizes the headline comparison
-## (2 workers), BENCH_N_OTHER everything else.
+## (2 workers), BENCH_N_DISPATCH the raw broker and the dispatcher alone (runs of
+## about 2 s each), BENCH_N_OTHER everything else.
 BENCH_N ?= 100000
 BENCH_N_OTHER ?= 10000
+BENCH_N_DISPATCH ?= 50000
 BENCH_RUNS ?= 3
 bench: services
-	cd bench && go run ./cmd/nudge-bench -n $(BENCH_N) -n-other $(BENCH_N_OTHER) -runs $(BENCH_RUNS)
+	cd bench && go run ./cmd/nudge-bench -n $(BENCH_N) -n-other $(BENCH_N_OTHER) -n-dispatch $(BENCH_N_DISPATCH) -runs $(BENCH_RUNS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -46,6 +46,7 @@ import (
 
 type options struct {
 	n, nOther, runs, window int
+	nDispatch               int // the raw broker and the dispatcher alone
 	workers                 []int
 	headline                int
 	out, chart, prof, repo  string
@@ -74,7 +75,8 @@ func main() {
 	var serveProvider bool
 	flag.BoolVar(&serveProvider, "serve-fake-provider", false, "instead of the benchmark: serve the instant fake SMS provider on a loopback port, print its URL, stop when stdin ends (the harness runs itself so, to read the provider's CPU apart)")
 	flag.IntVar(&o.n, "n", 100000, "reminders / jobs per run of the headline comparison (-headline workers, Nudge and River)")
-	flag.IntVar(&o.nOther, "n-other", 10000, "reminders / jobs / messages per run everywhere else (other worker counts, raw broker, dispatcher alone)")
+	flag.IntVar(&o.nOther, "n-other", 10000, "reminders / jobs per run everywhere else (other worker counts, burst)")
+	flag.IntVar(&o.nDispatch, "n-dispatch", 50000, "messages / reminders per run of the raw broker and the dispatcher alone (each lasts about 2 s at 50,000: at 10,000 a run lasted 0.3 s and its ratio moved by a quarter from run to run)")
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of every measurement (median, min, max are reported)")
 	flag.StringVar(&workers, "workers", "1,2,4", "worker counts for the end-to-end and River runs")
 	flag.IntVar(&o.headline, "headline", 2, "the worker count of the headline comparison (runs at -n)")
@@ -297,7 +299,7 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("run %d/%d (%s)\n", i+1, o.runs, time.Since(start).Round(time.Second))
 		walDump = i == 0 // pg_waldump takes seconds per 100,000 items: the first run's records stand for all
 		if o.sections["raw"] {
-			rr, err := rawBroker(ctx, e, o.nOther, o.window)
+			rr, err := rawBroker(ctx, e, o.nDispatch, o.window)
 			if err != nil {
 				return fmt.Errorf("raw broker: %w", err)
 			}
@@ -306,14 +308,14 @@ func run(ctx context.Context, o options) error {
 			lap("raw")
 		}
 		if o.sections["dispatcher"] {
-			dr, err := dispatcherAlone(ctx, e, o.nOther, envelopeSize)
+			dr, err := dispatcherAlone(ctx, e, o.nDispatch, envelopeSize)
 			if err != nil {
 				return fmt.Errorf("dispatcher alone: %w", err)
 			}
 			fmt.Printf("  dispatcher alone, envelopes of %s: %.0f reminders/s (%d batches)\n", envelopes(envelopeSize), dr.Rate, dr.Batches)
 			r.disp = append(r.disp, dr)
 			if envelopeSize != 1 {
-				d1, err := dispatcherAlone(ctx, e, o.nOther, 1)
+				d1, err := dispatcherAlone(ctx, e, o.nDispatch, 1)
 				if err != nil {
 					return fmt.Errorf("dispatcher alone, a message per reminder: %w", err)
 				}

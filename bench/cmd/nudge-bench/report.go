@@ -113,8 +113,8 @@ func report(o options, m machine, r results) error {
 	p("Of which setup / measurement (the measurement from each run's clock start until the harness sees its end; the setup is the rest: schemas, seeding, warm-ups, table builds, WAL counting, building binaries, cleanup): %s.\n\n", r.splitLine())
 	p("Every schema is migrated as production runs once this release is rolled out: every migration, the after-rollout ones included, then lazy intake on (a horizon of 2 hours, reminders due later get their state row from the dispatcher's promoter) and `reminder_state`'s foreign key dropped, as schema 44's after-rollout step does. The end-to-end, latency and burst reminders are due within the horizon, so intake gives each its state row; the scale tables (sections 4 and 4b) hold reminders scheduled for later without one.\n\n")
 	p("Every figure is the **median of %d runs** with min and max. The runs are interleaved (run 1 of everything, then run 2, …) so a slow minute of the machine spreads over all measurements; the table-scale runs come last, one table size at a time (%d runs on each table).\n\n", o.runs, o.runs)
-	p("Sizes: N = %s reminders (and River jobs) per run for the headline comparison at %d workers; N = %s for the other worker counts, the raw broker and the dispatcher alone; %s per run of the real worker and dispatcher processes. ",
-		thousands(o.n), o.headline, thousands(o.nOther), thousands(o.procN))
+	p("Sizes: N = %s reminders (and River jobs) per run for the headline comparison at %d workers; N = %s for the other worker counts and the burst; %s for the raw broker and the dispatcher alone; %s per run of the real worker and dispatcher processes. ",
+		thousands(o.n), o.headline, thousands(o.nOther), thousands(o.nDispatch), thousands(o.procN))
 	if o.nOther < o.n {
 		p("N = %s × %d runs × every configuration does not fit in the 15 minutes `make bench` may take on this 2-core machine, so only the headline runs at the full size (`make bench BENCH_N_OTHER=%d` runs everything at it, in well over 15 minutes).\n\n", thousands(o.n), o.runs, o.n)
 	} else {
@@ -350,7 +350,7 @@ func report(o options, m machine, r results) error {
 
 	// ------------------------------------------------------------ dispatcher vs raw
 	p("## 2. Dispatcher alone vs raw broker\n\n")
-	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch: rows to `enqueued` under a dispatch lease) + sign + publish with confirms and `mandatory` (envelopes of %s: `--envelope-size`, `--burst-envelope-size` while a claim leaves due rows behind; and, in a row of its own, a message per reminder, `--envelope-size 1`) + record the batch's publish confirmation (one row per batch); rate = confirmed / run time.\n", thousands(o.nOther), envelopes(envelopeSize))
+	p("N = %s. Dispatcher alone: one `RunOnce` (batch 500) over N due reminders with no consumer: claim (one statement per batch: rows to `enqueued` under a dispatch lease) + sign + publish with confirms and `mandatory` (envelopes of %s: `--envelope-size`, `--burst-envelope-size` while a claim leaves due rows behind; and, in a row of its own, a message per reminder, `--envelope-size 1`) + record the batch's publish confirmation (one row per batch); rate = confirmed / run time.\n", thousands(o.nDispatch), envelopes(envelopeSize))
 	p("Raw broker: N persistent 100-byte messages to a quorum queue of its own, publisher confirms in windows of %d; then consumed with manual acks (one `basic.ack` per message, prefetch %d). ", o.window, o.window)
 	p("Then at once, on another quorum queue of its own: a publisher (same messages, same confirm windows) and a consumer (same acks and prefetch, subscribed before the first publish), each over a connection of its own, N messages through (the issue's 17,000 msg/s reference); rate = N / (first publish → last ack).\n\n")
 	p("| measurement | median | min | max |\n|---|---|---|---|\n")
@@ -428,7 +428,7 @@ func report(o options, m machine, r results) error {
 		p("Peak RSS (`VmHWM`, reset through `/proc/self/clear_refs` before each run) of the **harness process** during the in-process runs above, which host the dispatcher and the workers in one process (the fake SMS provider, which keeps every message it accepted, has a process of its own since 2026-12-02: earlier figures included it, most of their growth with N); the per-process figures are the table above.\n\n")
 		p("| run | N | peak RSS MiB median | min | max |\n|---|---|---|---|---|\n")
 		if o.sections["dispatcher"] {
-			p("| dispatcher alone | %s | %s |\n", thousands(o.nOther), fmtSf(pick(r.disp, func(x dispatchResult) float64 { return x.RSS })))
+			p("| dispatcher alone | %s | %s |\n", thousands(o.nDispatch), fmtSf(pick(r.disp, func(x dispatchResult) float64 { return x.RSS })))
 		}
 		if o.sections["e2e"] {
 			for _, k := range o.workers {
