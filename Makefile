@@ -17,7 +17,8 @@ build:
 services:
 	scripts/ensure-services.sh
 
-## test: lint, then every test against the real PostgreSQL, RabbitMQ and Mailpit
+## test: lint, then every test against the real PostgreSQL, RabbitMQ and Mailpit, then the demo
+## (the first command a new user runs: it must keep working)
 test: services lint
 	go test -race -count=1 -timeout 15m -skip '^TestFleetWideRateLimit$$' ./...
 	$(MAKE) test-ratelimit
@@ -25,6 +26,7 @@ test: services lint
 	$(MAKE) chaos-short
 	$(MAKE) test-deploy
 	$(MAKE) test-bench
+	$(MAKE) demo
 
 ## lint: no tracked build output or file over 1 MiB, then go vet and staticcheck
 ## on this module and deploy/check (staticcheck's version is pinned here; the

@@ -1,10 +1,12 @@
 // Command demo runs Nudge end to end on this machine, as separate processes
 // built by `make build`: it starts Mailpit and the fake SMS provider on
-// loopback, migrates a fresh schema, schedules about 1,000 reminders over both
-// channels and several tenants (some already past their deadline, some
-// canceled), runs the dispatcher, both workers and the reconciler until every
-// reminder is terminal, prints the outcomes per channel and state, and stops
-// and removes everything it started. With --console (make demo CONSOLE=1) it
+// loopback, and the tenants' application that webhook reminders reach (app.go),
+// migrates a fresh schema, schedules 1,000 reminders over the three channels
+// and several tenants (some already past their deadline, some canceled), runs
+// the dispatcher, the three workers and the reconciler until every reminder is
+// terminal, prints the outcomes per channel and state, checks them against
+// what the sinks and the application received, and stops and removes
+// everything it started. With --console (make demo CONSOLE=1) it
 // first serves the web console on the run's data, prints its address and
 // token, and waits for Ctrl-C.
 package main
@@ -40,6 +42,9 @@ const (
 	reminders  = 1000
 	tenants    = 4
 	signingKey = "demo:demo-signing-secret-0123456789abcdef"
+	// webhookRoot is the webhook worker's root secret (--webhook-secrets);
+	// each tenant's application verifies with its derivation.
+	webhookRoot = "demo-webhook-root-secret-0123456789abcdef"
 )
 
 func main() {
@@ -100,7 +105,7 @@ func run(console bool) error {
 	defer cancel()
 	root, _ := os.Getwd()
 	bin := filepath.Join(root, "bin")
-	for _, b := range []string{"dispatcher", "email-worker", "sms-worker", "reconciler", "nudgectl", "fake-sms"} {
+	for _, b := range []string{"dispatcher", "email-worker", "sms-worker", "webhook-worker", "reconciler", "nudgectl", "fake-sms"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			return fmt.Errorf("bin/%s is missing: run `make build` first", b)
 		}
@@ -173,6 +178,18 @@ func run(console bool) error {
 		return fmt.Errorf("fake SMS provider: %w", err)
 	}
 
+	// The tenants' application, and the targets file that lets each tenant's
+	// webhooks reach it on loopback (refused unless its network is listed).
+	application, appURL, err := startApp(webhookRoot)
+	if err != nil {
+		return fmt.Errorf("starting the application: %w", err)
+	}
+	defer application.stop()
+	targets := filepath.Join(runDir, "targets.json")
+	if err := writeTargets(targets); err != nil {
+		return err
+	}
+
 	nudgectl := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "nudgectl"), args...)
 		cmd.Env = append(os.Environ(), env...)
@@ -188,7 +205,7 @@ func run(console bool) error {
 
 	// Intent: 1,000 reminders through the bulk intake path.
 	file := filepath.Join(runDir, "reminders.jsonl")
-	canceled, err := writeReminders(file, time.Now())
+	canceled, err := writeReminders(file, time.Now(), appURL)
 	if err != nil {
 		return err
 	}
@@ -214,6 +231,7 @@ func run(console bool) error {
 		{"dispatcher", []string{"--every", "1s"}},
 		{"email-worker", workerFlags},
 		{"sms-worker", workerFlags},
+		{"webhook-worker", append([]string{"--targets", targets, "--webhook-secrets", "demo:" + webhookRoot}, workerFlags...)},
 		{"reconciler", []string{"--every", "2s", "--overdue", "1m"}},
 	} {
 		if err := p.start(runDir, s.name, env, filepath.Join(bin, s.name), s.args...); err != nil {
@@ -264,11 +282,24 @@ func run(console bool) error {
 		FROM delivery_attempts`).Scan(&attempts, &retried); err != nil {
 		return fmt.Errorf("counting attempts: %w", err)
 	}
-	fmt.Printf("\n%d send attempts; %d reminders needed more than one (the SMS provider answers 5%% 503 and 3%% 429).", attempts, retried)
-	fmt.Printf("\nSinks: Mailpit received %d emails; the SMS provider accepted %d messages.\n", mails, smsAccepted)
-	fmt.Printf("Delivered: %d email, %d sms.\n", counts["email"]["delivered"], counts["sms"]["delivered"])
-	if int64(mails) != counts["email"]["delivered"] || int64(smsAccepted) != counts["sms"]["delivered"] {
+	hooks := application.stats()
+	fmt.Printf("\n%d send attempts; %d reminders needed more than one (the SMS provider answers 5%% 503 and 3%% 429, the application 503 to one key in 20 at first).", attempts, retried)
+	fmt.Printf("\nSinks: Mailpit received %d emails; the SMS provider accepted %d messages; the application verified %d signed webhook requests for %d keys (%d cleanups performed, %d already absent, %d keys retried).\n",
+		mails, smsAccepted, hooks.Requests, hooks.Keys, hooks.Performed, hooks.Absent, hooks.Retried)
+	results, err := webhookResults(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Delivered: %d email, %d sms, %d webhook (recorded on their attempts: %d performed, %d already absent).\n",
+		counts["email"]["delivered"], counts["sms"]["delivered"], counts["webhook"]["delivered"],
+		results["performed"], results["already_absent"])
+	if int64(mails) != counts["email"]["delivered"] || int64(smsAccepted) != counts["sms"]["delivered"] ||
+		int64(hooks.Keys) != counts["webhook"]["delivered"] ||
+		results["performed"] != int64(hooks.Performed) || results["already_absent"] != int64(hooks.Absent) {
 		return errors.New("the sinks disagree with the delivered counts")
+	}
+	if hooks.Invalid > 0 {
+		return fmt.Errorf("the application refused %d webhook requests whose signature did not verify", hooks.Invalid)
 	}
 	if !console {
 		fmt.Println("\nTo browse this run in the web console (search, timelines, dead letters): make demo CONSOLE=1")
@@ -312,9 +343,10 @@ func serveConsole(runDir string, env []string, nudgectl string, p *procs) error 
 	return nil
 }
 
-// writeReminders writes the demo's reminders as JSON Lines and returns the
+// writeReminders writes the demo's reminders as JSON Lines (email, SMS, and
+// cleanups as webhooks to the application at appURL) and returns the
 // (tenant, key) pairs it will cancel.
-func writeReminders(path string, now time.Time) ([][2]string, error) {
+func writeReminders(path string, now time.Time, appURL string) ([][2]string, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
@@ -330,10 +362,23 @@ func writeReminders(path string, now time.Time) ([][2]string, error) {
 			"template": templates[i%3],
 			"data":     map[string]any{"learner": fmt.Sprintf("Learner %d", i), "course": "Go 101", "plan": "Pro", "certificate": "TLS"},
 		}
-		if (i/3)%2 == 0 {
+		switch (i / 3) % 5 {
+		case 0, 1:
 			line["channel"], line["recipient"] = "email", fmt.Sprintf("learner%d@example.com", i)
-		} else {
+		case 2, 3:
 			line["channel"], line["recipient"] = "sms", fmt.Sprintf("+1415555%04d", i)
+		default: // a cleanup in the tenant's application
+			line["channel"] = "webhook"
+			if i%3 == 0 {
+				line["template"], line["key"] = "certificate-cleanup", fmt.Sprintf("certificate-cleanup:learner-%d", i)
+				line["recipient"] = fmt.Sprintf("%s/tenants/%s/hooks/certificate-cleanup", appURL, tenant)
+				line["data"] = map[string]any{"method": "POST", "body": map[string]any{"learner": i, "certificates": []int{7, 9}}}
+			} else {
+				draft := i/15 + 1
+				line["template"], line["key"] = "draft-cleanup", fmt.Sprintf("draft-cleanup:learner-%d:draft-%d", i, draft)
+				line["recipient"] = fmt.Sprintf("%s/tenants/%s/learners/%d/drafts/%d", appURL, tenant, i, draft)
+				line["data"] = map[string]any{}
+			}
 		}
 		due, deadline := now.Add(-time.Minute), now.Add(time.Hour)
 		switch {
@@ -350,6 +395,44 @@ func writeReminders(path string, now time.Time) ([][2]string, error) {
 		w.WriteByte('\n')
 	}
 	return canceled, w.Flush()
+}
+
+// writeTargets writes the webhook worker's targets file: every tenant may
+// reach the application on loopback, over plain HTTP.
+func writeTargets(path string) error {
+	ts := map[string]any{}
+	for t := range tenants {
+		ts[fmt.Sprintf("tenant-%c", 'a'+t)] = map[string]any{
+			"hosts": []string{"127.0.0.1"}, "allow_networks": []string{"127.0.0.0/8"}, "allow_http": true,
+		}
+	}
+	b, err := json.Marshal(map[string]any{"version": "demo", "tenants": ts})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// webhookResults counts the delivered webhook attempts by what the
+// application answered (webhook.Result: performed or already_absent).
+func webhookResults(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT split_part(a.provider_message_id, ':', 1), count(*)
+		  FROM delivery_attempts a JOIN reminders r ON r.id = a.reminder_id
+		 WHERE r.channel = 'webhook' AND a.outcome = 'delivered' GROUP BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("counting webhook results: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var result string
+		var n int64
+		if err := rows.Scan(&result, &n); err != nil {
+			return nil, err
+		}
+		out[result] = n
+	}
+	return out, rows.Err()
 }
 
 func countStates(ctx context.Context, pool *pgxpool.Pool) (map[string]map[string]int64, error) {
