@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -72,6 +73,9 @@ type latencyResult struct {
 	// Machine is how busy the machine was over the run (from the move of
 	// the stream until every reminder was terminal).
 	Machine machineLoad
+	// Checkpoints is how many checkpoints PostgreSQL started during the
+	// measurement (pg_stat_bgwriter; -1 when unreadable).
+	Checkpoints int
 }
 
 // machineLoad says whether a run's latencies are the machine's: Pressure
@@ -120,6 +124,20 @@ func (m machineMark) since() machineLoad {
 // latencyMinGap is -latency-min-gap: the loop's least gap between passes
 // in the latency runs (0: the product's default).
 var latencyMinGap time.Duration
+
+// latencyCheckpoint is -latency-checkpoint: a CHECKPOINT before each
+// latency or burst run's stream.
+var latencyCheckpoint = true
+
+// checkpointsStarted is how many checkpoints the server has started
+// (timed and requested), -1 when it cannot be read.
+func checkpointsStarted(ctx context.Context, pool *pgxpool.Pool) int {
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
 
 // latencyWarmup is -latency-warmup: how long the stream of a latency run
 // runs at the same rate before the measured reminders become due. The
@@ -180,6 +198,17 @@ func streamRun(ctx context.Context, e *env, res latencyResult, warm int, gap, li
 	}
 	if lazy != 0 {
 		return res, fmt.Errorf("%d of %d seeded reminders are lazy (no state row for ShiftDue to move): seed within lazy intake's horizon", lazy, total)
+	}
+	// The seeding wrote hundreds of MB of WAL, and make bench's earlier
+	// sections more: the server would start a WAL-triggered checkpoint
+	// every half minute, one of them in the measured seconds (a checkpoint's
+	// writes and the full-page images of the pages first written after it).
+	// One now (best effort: a superuser's or pg_checkpoint's) leaves the
+	// measurement to the stream's own WAL, below max_wal_size.
+	if latencyCheckpoint {
+		if _, err := s.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+			fmt.Printf("  (no checkpoint before the stream: %v)\n", err)
+		}
 	}
 	keys, err := message.ParseKeys(signingKeys)
 	if err != nil {
@@ -242,6 +271,7 @@ func streamRun(ctx context.Context, e *env, res latencyResult, warm int, gap, li
 	if err != nil {
 		return res, err
 	}
+	ckpt0 := checkpointsStarted(ctx, s.pool)
 	cpu0 := readCPU()
 	mach := markMachine()
 	hist0, err := gatherHopHistograms(reg)
@@ -275,6 +305,10 @@ func streamRun(ctx context.Context, e *env, res latencyResult, warm int, gap, li
 	e.measuredSince(from)
 	res.Machine = mach.since()
 	res.CPU = readCPU().sub(cpu0)
+	res.Checkpoints = -1
+	if ckpt1 := checkpointsStarted(ctx, s.pool); ckpt0 >= 0 && ckpt1 >= 0 {
+		res.Checkpoints = ckpt1 - ckpt0
+	}
 	if res.WAL, err = wal0.since(ctx, s.pool); err != nil {
 		return res, err
 	}

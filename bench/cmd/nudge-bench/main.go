@@ -90,6 +90,7 @@ func main() {
 	flag.Float64Var(&o.latencyRate, "latency-rate", 0, "latency runs offer this many reminders/s instead (0: -latency-load)")
 	flag.DurationVar(&o.latencyFor, "latency-for", 12*time.Second, "how long the stream of a latency run lasts")
 	flag.DurationVar(&latencyWarmup, "latency-warmup", 2*time.Second, "how long a latency run's stream runs, at the same rate, before the measured reminders are due (the workers' and dispatcher's cold start; left out of every figure)")
+	flag.BoolVar(&latencyCheckpoint, "latency-checkpoint", latencyCheckpoint, "a CHECKPOINT before each latency and burst run's stream (after its seeding), so that the WAL of the seeding and of the earlier sections starts no checkpoint in the measured seconds")
 	flag.DurationVar(&latencyMinGap, "latency-min-gap", 0, "the dispatcher's --min-gap during latency runs (0: the product's default; the value of -latency-every: a pass on a fixed tick, as before the loop woke when rows are due)")
 	flag.DurationVar(&o.latencyEvery, "latency-every", 100*time.Millisecond, "the dispatcher's --every during latency runs")
 	flag.StringVar(&sizes, "scale-sizes", "10000,1000000,10000000", "table sizes of the claim-rate-at-scale runs: rows scheduled for later, besides the due rows claimed")
@@ -389,8 +390,8 @@ func run(ctx context.Context, o options) error {
 				return fmt.Errorf("latency at %.0f/s: %w", rate, err)
 			}
 			et := lr.Hops[hopEnqueueToTerminal]
-			fmt.Printf("  latency, %d workers, offered %.0f/s, achieved %.0f/s: enqueue-to-terminal p50 %.1f ms, p99 %.1f ms, max %.1f ms (CPU pressure %.0f%%, harness waited %s/s for a CPU, load %.1f)\n",
-				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max, 100*lr.Machine.Pressure, lr.Machine.RunDelay.Round(time.Millisecond), lr.Machine.Load)
+			fmt.Printf("  latency, %d workers, offered %.0f/s, achieved %.0f/s: enqueue-to-terminal p50 %.1f ms, p99 %.1f ms, max %.1f ms (CPU pressure %.0f%%, harness waited %s/s for a CPU, load %.1f, %d checkpoints started)\n",
+				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max, 100*lr.Machine.Pressure, lr.Machine.RunDelay.Round(time.Millisecond), lr.Machine.Load, lr.Checkpoints)
 			for _, h := range latencyHops {
 				x := lr.Hops[h]
 				fmt.Printf("    %-20s p50 %7.1f ms  p90 %7.1f ms  p99 %7.1f ms  max %7.1f ms\n", h, x.P50, x.P90, x.P99, x.Max)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -63,5 +64,28 @@ func TestPairedRatios(t *testing.T) {
 	}
 	if got := pairedRatios(disp, []rawResult{{}}, rate, pub); got != "0.00" {
 		t.Errorf("a zero denominator: got %q", got)
+	}
+}
+
+func TestCheckpointsNote(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		runs   []latencyResult
+		before bool
+		want   []string // substrings
+	}{
+		{"counted, with a checkpoint first", []latencyResult{{Checkpoints: 0}, {Checkpoints: 1}, {Checkpoints: 0}}, true,
+			[]string{"starts after a `CHECKPOINT`", "measurement (`pg_stat_bgwriter`): 0, 1, 0."}},
+		{"counted, none first", []latencyResult{{Checkpoints: 2}}, false,
+			[]string{"No CHECKPOINT before the streams", ": 2."}},
+		{"one run unread", []latencyResult{{Checkpoints: 0}, {Checkpoints: -1}}, true,
+			[]string{"not read"}},
+	} {
+		got := checkpointsNote(c.runs, c.before)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", c.name, got, w)
+			}
+		}
 	}
 }

@@ -513,6 +513,7 @@ func reportLatency(p func(string, ...any), o options, r results) {
 		p("**How busy the machine was** during the runs (median over runs, range): some runnable task waited for a CPU during %.0f%% (%.0f–%.0f%%) of the run's wall time (`/proc/pressure/cpu`, \"some\"); the harness's threads, which host the dispatcher and the workers (the fake provider is a process of its own), waited runnable for a CPU %s ms per second of the run (`/proc/self/task/*/schedstat`); load average %s at the runs' end. On an idle machine both are near zero: what the harness's threads wait for a CPU is added to the hops above, whatever the code does.\n\n",
 			pressure.Median, pressure.Min, pressure.Max, fmtR(delay, 0), fmtR(load, 1))
 	}
+	p("%s\n\n", checkpointsNote(r.latency, latencyCheckpoint))
 	p("%s\n", failedPassesNote(func(yield func([]string) bool) {
 		for _, x := range r.latency {
 			if !yield(x.FailedPasses) {
@@ -924,4 +925,21 @@ func minGapText() string {
 		return "the product's default, " + dispatch.DefaultMinGap.String()
 	}
 	return latencyMinGap.String() + " (`-latency-min-gap`; the product's default is " + dispatch.DefaultMinGap.String() + ")"
+}
+
+// checkpointsNote says whether PostgreSQL started checkpoints during the
+// latency runs' measurements, and whether each run began with one.
+func checkpointsNote(runs []latencyResult, before bool) string {
+	counts := make([]string, 0, len(runs))
+	for _, x := range runs {
+		if x.Checkpoints < 0 {
+			return "Checkpoints during the measurement: not read (`pg_stat_bgwriter`)."
+		}
+		counts = append(counts, strconv.Itoa(x.Checkpoints))
+	}
+	lead := "No CHECKPOINT before the streams (`-latency-checkpoint=false`)"
+	if before {
+		lead = "Each run's stream starts after a `CHECKPOINT` (after its seeding; `-latency-checkpoint`): the seeding's and the earlier sections' WAL would otherwise start a checkpoint every half minute or so during `make bench`, one in the measured seconds, with its writes and the full-page images of the pages first written after it"
+	}
+	return fmt.Sprintf("%s. Checkpoints the server started during each run's measurement (`pg_stat_bgwriter`): %s.", lead, strings.Join(counts, ", "))
 }
