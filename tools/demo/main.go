@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -224,17 +225,21 @@ func run(console bool) error {
 	// The fleet.
 	start := time.Now()
 	workerFlags := []string{"--backoff-base", "500ms", "--max-attempts", "6"}
+	// The webhook worker's root secret goes in its environment, as a
+	// Secret would put it, not on its command line.
+	webhookEnv := append(slices.Clip(env), "NUDGE_TARGETS="+targets, "NUDGE_WEBHOOK_SECRETS=demo:"+webhookRoot)
 	for _, s := range []struct {
 		name string
+		env  []string
 		args []string
 	}{
-		{"dispatcher", []string{"--every", "1s"}},
-		{"email-worker", workerFlags},
-		{"sms-worker", workerFlags},
-		{"webhook-worker", append([]string{"--targets", targets, "--webhook-secrets", "demo:" + webhookRoot}, workerFlags...)},
-		{"reconciler", []string{"--every", "2s", "--overdue", "1m"}},
+		{"dispatcher", env, []string{"--every", "1s"}},
+		{"email-worker", env, workerFlags},
+		{"sms-worker", env, workerFlags},
+		{"webhook-worker", webhookEnv, workerFlags},
+		{"reconciler", env, []string{"--every", "2s", "--overdue", "1m"}},
 	} {
-		if err := p.start(runDir, s.name, env, filepath.Join(bin, s.name), s.args...); err != nil {
+		if err := p.start(runDir, s.name, s.env, filepath.Join(bin, s.name), s.args...); err != nil {
 			return err
 		}
 	}
