@@ -318,9 +318,6 @@ func lockHolders(ctx context.Context, db pg.Beginner, older time.Duration) []str
 	return out
 }
 
-// apply applies m in one transaction with its version row, unless a
-// concurrent run recorded it first. The migration lock is waited for without
-// bound; every statement after it waits for a lock at most lockTimeout.
 // migrationDeadlockTimeout is the deadlock_timeout of a migration's
 // transaction, below the server's (1 s by default) so that in a deadlock
 // with the running fleet the migration is the one that looks first and
@@ -357,6 +354,9 @@ func shortDeadlockTimeout(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
+// apply applies m in one transaction with its version row, unless a
+// concurrent run recorded it first. The migration lock is waited for without
+// bound; every statement after it waits for a lock at most lockTimeout.
 func apply(ctx context.Context, db pg.Beginner, m Migration, lockTimeout time.Duration) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
