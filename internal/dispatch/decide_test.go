@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -121,6 +122,40 @@ func TestEnvelopeSize(t *testing.T) {
 	} {
 		if got := envelopeSize(tc.cfg.WithDefaults(), tc.more); got != tc.want {
 			t.Errorf("%s: envelopeSize(%+v, more %v) = %d, want %d", tc.name, tc.cfg, tc.more, got, tc.want)
+		}
+	}
+}
+
+func TestEnvelopeSplit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n, size int
+		want    []int
+	}{
+		{0, 50, nil},
+		{1, 50, []int{1}},
+		{50, 50, []int{50}},
+		{51, 50, []int{26, 25}},
+		{127, 50, []int{43, 42, 42}},
+		{150, 50, []int{50, 50, 50}},
+		{7, 3, []int{3, 2, 2}},
+		{500, 200, []int{167, 167, 166}},
+		{3, 1, []int{1, 1, 1}},
+		{3, 0, []int{1, 1, 1}},
+	} {
+		got := envelopeSplit(tc.n, tc.size)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("envelopeSplit(%d, %d) = %v, want %v", tc.n, tc.size, got, tc.want)
+		}
+		sum := 0
+		for _, p := range got {
+			sum += p
+			if p > max(tc.size, 1) {
+				t.Errorf("envelopeSplit(%d, %d): part %d over the size", tc.n, tc.size, p)
+			}
+		}
+		if sum != tc.n {
+			t.Errorf("envelopeSplit(%d, %d) carries %d reminders", tc.n, tc.size, sum)
 		}
 	}
 }

@@ -168,9 +168,9 @@ func (e *Enqueuer) enqueue(ctx context.Context, claimed []store.Claimed, size in
 
 // messages seals toPublish into messages: each reminder alone when size is
 // 1 or less, else, channel by channel in claim order, message.Batch
-// envelopes of up to size (at most message.MaxBatchEntries) reminders; a
-// lone reminder still goes alone, and a batch whose body would be too large
-// is cut in two. of[i] is the message that carries toPublish[i].
+// envelopes of up to size (at most message.MaxBatchEntries) reminders,
+// evenly filled (envelopeSplit); a lone reminder still goes alone, and a
+// batch whose body would be too large is cut in two. of[i] is the message that carries toPublish[i].
 func (e *Enqueuer) messages(toPublish []store.Claimed, size int, now time.Time) (msgs []broker.Outgoing, of []int, err error) {
 	size = min(max(size, 1), message.MaxBatchEntries)
 	of = make([]int, len(toPublish))
@@ -213,13 +213,36 @@ func (e *Enqueuer) messages(toPublish []store.Claimed, size int, now time.Time) 
 	}
 	for _, ch := range channels {
 		idx := byChannel[ch]
-		for start := 0; start < len(idx); start += size {
-			if err := add(idx[start:min(start+size, len(idx))]); err != nil {
+		start := 0
+		for _, n := range envelopeSplit(len(idx), size) {
+			if err := add(idx[start : start+n]); err != nil {
 				return nil, nil, err
 			}
+			start += n
 		}
 	}
 	return msgs, of, nil
+}
+
+// envelopeSplit is how n reminders of one channel go into envelopes of at
+// most size: as few envelopes as size allows, their sizes differing by at
+// most one (a pass of 127 in envelopes of 50 is 43, 42, 42, not 50, 50,
+// 27), so that the workers they reach get even shares of the pass and no
+// envelope pays its claim and record for a remainder.
+func envelopeSplit(n, size int) []int {
+	if n <= 0 {
+		return nil
+	}
+	size = max(size, 1)
+	k := (n + size - 1) / size
+	parts := make([]int, k)
+	for i := range parts {
+		parts[i] = n / k
+		if i < n%k {
+			parts[i]++
+		}
+	}
+	return parts
 }
 
 // single is the message of one reminder: its id and fence, no idempotency

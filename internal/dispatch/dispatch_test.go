@@ -348,7 +348,7 @@ func TestEnvelopesCarryTheClaimBatchPerChannel(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, map[string][]int{"sms": {3, 3, 1}, "email": {3}}, sizes)
+	require.Equal(t, map[string][]int{"sms": {3, 2, 2}, "email": {3}}, sizes, "7 in envelopes of at most 3: evenly filled")
 	require.Len(t, seen, 10)
 	for id, n := range seen {
 		require.Equal(t, 1, n, "reminder %d", id)
@@ -571,15 +571,15 @@ func TestEnvelopesStayAtThePreviousLimitUntilTheAfterRolloutStep(t *testing.T) {
 	}
 
 	schedule("before", 250)
-	require.Equal(t, []int{100, 100, 50}, run(), "before migration 49: the previous release's limit")
+	require.Equal(t, []int{84, 83, 83}, run(), "before migration 49: the previous release's limit (envelopes of at most 100, evenly filled)")
 
 	_, err = schema.MigrateAfterRollout(ctx, b.db.Pool)
 	require.NoError(t, err)
 	schedule("after", 250)
 	c.Advance(59 * time.Second)
-	require.Equal(t, []int{100, 100, 50}, run(), "the limit read 59 s ago still holds")
+	require.Equal(t, []int{84, 83, 83}, run(), "the limit read 59 s ago still holds")
 
 	schedule("later", 250)
 	c.Advance(time.Second)
-	require.Equal(t, []int{200, 50}, run(), "read again a minute after: this release's limit")
+	require.Equal(t, []int{125, 125}, run(), "read again a minute after: this release's limit (at most 200)")
 }

@@ -33,7 +33,7 @@ func (o *Dispatcher) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Config.Budget, "budget", def.Budget,
 		"time budget of one run; keep it below the CronJob's activeDeadlineSeconds")
 	fs.IntVar(&o.Config.EnvelopeSize, "envelope-size", def.EnvelopeSize,
-		"reminders of one channel per broker message (1 to 200, at most the envelope limit: 100 until nudgectl migrate --after-rollout applies schema 49; above 1, batch envelopes, which workers older than them dead-letter: docs/deploy.md)")
+		"most reminders of one channel per broker message, a claim's split evenly (1 to 200, at most the envelope limit: 100 until nudgectl migrate --after-rollout applies schema 49; above 1, batch envelopes, which workers older than them dead-letter: docs/deploy.md)")
 	// 0, not def's 200: the default follows --envelope-size (1 there: 1 here).
 	fs.IntVar(&o.Config.BurstEnvelopeSize, "burst-envelope-size", 0,
 		"reminders of one channel per broker message while a run works off a burst (due rows left after a claim); 0: 200, or 1 with --envelope-size 1; never below --envelope-size; at most the envelope limit: 100 until nudgectl migrate --after-rollout applies schema 49 (docs/operations.md)")
