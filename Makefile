@@ -13,26 +13,39 @@ all: build
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
+# STEP prints a step's start time, so a slow CI run's log says where its minutes went.
+STEP = @echo "== $$(date +%T) make: $(1)"
+
 ## services: install or start PostgreSQL, RabbitMQ and Mailpit when missing
 services:
+	$(call STEP,services)
 	scripts/ensure-services.sh
 
 ## test: lint, then every test against the real PostgreSQL, RabbitMQ and Mailpit, then the demo
 ## (the first command a new user runs: it must keep working)
 test: services lint
+	$(call STEP,go test -race ./...)
 	go test -race -count=1 -timeout 15m -skip '^TestFleetWideRateLimit$$' ./...
+	$(call STEP,test-ratelimit)
 	$(MAKE) test-ratelimit
+	$(call STEP,fuzz-short)
 	$(MAKE) fuzz-short
+	$(call STEP,chaos-short)
 	$(MAKE) chaos-short
+	$(call STEP,test-deploy)
 	$(MAKE) test-deploy
+	$(call STEP,test-bench)
 	$(MAKE) test-bench
+	$(call STEP,demo)
 	$(MAKE) demo
+	$(call STEP,done)
 
 ## lint: no tracked build output or file over 1 MiB, then go vet and staticcheck
 ## on this module and deploy/check (staticcheck's version is pinned here; the
 ## Go module proxy serves it, nothing else needs installing)
 STATICCHECK := go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
+	$(call STEP,lint)
 	scripts/check-tracked-files.sh
 	go vet ./...
 	$(STATICCHECK) ./...
