@@ -391,7 +391,7 @@ func writeReminders(path string, now time.Time, appURL string) ([][2]string, err
 			due, deadline = now.Add(-3*time.Hour), now.Add(-time.Hour)
 		case i%10 == 4: // due a few seconds into the demo
 			due = now.Add(time.Duration(2+i%5) * time.Second)
-		case i%20 == 1:
+		case i%20 == 1, i%60 == 13: // the learner unsubscribed, the draft was submitted (a webhook)
 			canceled = append(canceled, [2]string{tenant, line["key"].(string)})
 		}
 		line["due_at"], line["deadline"] = due.UTC().Format(time.RFC3339Nano), deadline.UTC().Format(time.RFC3339Nano)
