@@ -170,7 +170,8 @@ func (e *Enqueuer) enqueue(ctx context.Context, claimed []store.Claimed, size in
 // 1 or less, else, channel by channel in claim order, message.Batch
 // envelopes of up to size (at most message.MaxBatchEntries) reminders,
 // evenly filled (envelopeSplit); a lone reminder still goes alone, and a
-// batch whose body would be too large is cut in two. of[i] is the message that carries toPublish[i].
+// batch whose body would be too large is cut in two. of[i] is the message
+// that carries toPublish[i].
 func (e *Enqueuer) messages(toPublish []store.Claimed, size int, now time.Time) (msgs []broker.Outgoing, of []int, err error) {
 	size = min(max(size, 1), message.MaxBatchEntries)
 	of = make([]int, len(toPublish))
@@ -227,8 +228,9 @@ func (e *Enqueuer) messages(toPublish []store.Claimed, size int, now time.Time) 
 // envelopeSplit is how n reminders of one channel go into envelopes of at
 // most size: as few envelopes as size allows, their sizes differing by at
 // most one (a pass of 127 in envelopes of 50 is 43, 42, 42, not 50, 50,
-// 27), so that the workers they reach get even shares of the pass and no
-// envelope pays its claim and record for a remainder.
+// 27): the same messages, but the largest is smaller, and a worker's batch
+// (one envelope) ends when its slowest send does, so the pass's tail is
+// shorter (docs/benchmarks.md, "Envelopes evenly filled").
 func envelopeSplit(n, size int) []int {
 	if n <= 0 {
 		return nil
