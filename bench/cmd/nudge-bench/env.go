@@ -96,7 +96,58 @@ func summarize(xs []float64) stats {
 // cpuTicks are CPU seconds (user+system) by owner, read from /proc.
 // Provider is the fake SMS provider's process (provider.go): the server side
 // of the HTTP call, not Nudge's cost.
-type cpuTicks struct{ Postgres, RabbitMQ, Harness, Provider, Other float64 }
+type cpuTicks struct {
+	Postgres, RabbitMQ, Harness, Provider, Other float64
+	// PGBackends and PGAutovacuum are parts of Postgres: the client
+	// backends (the statements) and the autovacuum workers, as their
+	// command lines name them while they run. The rest of Postgres is the
+	// server's own processes (WAL writer, checkpointer, background writer,
+	// postmaster) and what exited processes used (pgKind).
+	PGBackends, PGAutovacuum float64
+}
+
+// per1000 is the figures per 1,000 of n items, PostgreSQL's split among
+// its processes, for the progress lines.
+func (c cpuTicks) per1000(n int) string {
+	f := 1000 / float64(max(1, n))
+	return fmt.Sprintf("PostgreSQL %.3f (backends %.3f, autovacuum %.3f, server and exited %.3f), RabbitMQ %.3f, harness %.3f, fake provider %.3f, other %.3f",
+		c.Postgres*f, c.PGBackends*f, c.PGAutovacuum*f, (c.Postgres-c.PGBackends-c.PGAutovacuum)*f,
+		c.RabbitMQ*f, c.Harness*f, c.Provider*f, c.Other*f)
+}
+
+// pgKind is which part of PostgreSQL's CPU a postgres process's is.
+type pgKind int
+
+const (
+	pgServer pgKind = iota // WAL writer, checkpointer, background writer, launchers, postmaster
+	pgBackend
+	pgAutovacuum
+)
+
+// pgKindOf classifies a postgres process by its command line, which the
+// server sets to "postgres: <what it is>": "postgres: autovacuum worker
+// test", "postgres: walwriter", "postgres: <user> <db> <host> <state>";
+// with cluster_name set (Debian's clusters: "15/main") after it and a
+// colon: "postgres: 15/main: walwriter".
+func pgKindOf(cmdline string) pgKind {
+	what, ok := strings.CutPrefix(cmdline, "postgres: ")
+	if _, rest, named := strings.Cut(what, ": "); named {
+		what = rest
+	}
+	switch {
+	case !ok:
+		return pgServer // the postmaster: its binary's path and flags
+	case strings.HasPrefix(what, "autovacuum worker"):
+		return pgAutovacuum
+	case strings.HasPrefix(what, "autovacuum launcher"), strings.HasPrefix(what, "walwriter"),
+		strings.HasPrefix(what, "checkpointer"), strings.HasPrefix(what, "background writer"),
+		strings.HasPrefix(what, "logical replication"), strings.HasPrefix(what, "archiver"),
+		strings.HasPrefix(what, "stats collector"), strings.HasPrefix(what, "walsender"),
+		strings.HasPrefix(what, "startup"), strings.HasPrefix(what, "walreceiver"):
+		return pgServer
+	}
+	return pgBackend
+}
 
 const clockTicks = 100.0 // USER_HZ on Linux
 
@@ -146,6 +197,8 @@ type procTime struct {
 	// tells a reused pid apart.
 	started uint64
 	sec     float64
+	// pg is which part of PostgreSQL's CPU a postgres process's is.
+	pg pgKind
 }
 
 func readCPU() cpuSample {
@@ -164,6 +217,10 @@ func readCPU() cpuSample {
 		p, reaped, ok := parseStat(string(b), pid, self, provider)
 		if !ok {
 			continue
+		}
+		if p.owner == ownerPostgres {
+			cmd, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+			p.pg = pgKindOf(strings.TrimRight(strings.ReplaceAll(string(cmd), "\x00", " "), " "))
 		}
 		c.procs[pid] = p
 		if p.owner == ownerPostgres || p.owner == ownerRabbitMQ {
@@ -219,6 +276,14 @@ func (end cpuSample) sub(start cpuSample) cpuTicks {
 			d -= s.sec
 		}
 		c.add(e.owner, d)
+		if e.owner == ownerPostgres {
+			switch e.pg {
+			case pgBackend:
+				c.PGBackends += d
+			case pgAutovacuum:
+				c.PGAutovacuum += d
+			}
+		}
 	}
 	for pid, s := range start.procs {
 		if e, ok := end.procs[pid]; !ok || e.started != s.started {

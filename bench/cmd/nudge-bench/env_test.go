@@ -78,3 +78,43 @@ func TestReadCPUFindsTheHarness(t *testing.T) {
 }
 
 func approx(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestPGKindOf(t *testing.T) {
+	for _, c := range []struct {
+		cmdline string
+		want    pgKind
+	}{
+		{"postgres: postgres test 127.0.0.1(54312) idle", pgBackend},
+		{"postgres: nudge_worker test 10.0.0.7(40100) UPDATE", pgBackend},
+		{"postgres: autovacuum worker test", pgAutovacuum},
+		{"postgres: autovacuum launcher", pgServer},
+		{"postgres: walwriter", pgServer},
+		{"postgres: checkpointer", pgServer},
+		{"postgres: background writer", pgServer},
+		{"postgres: logical replication launcher", pgServer},
+		{"postgres: 15/main: checkpointer", pgServer},
+		{"postgres: 15/main: autovacuum worker test", pgAutovacuum},
+		{"postgres: 15/main: postgres test 127.0.0.1(54312) idle in transaction", pgBackend},
+		{"/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql/15/main -c config_file=/etc/postgresql/15/main/postgresql.conf", pgServer},
+	} {
+		if got := pgKindOf(c.cmdline); got != c.want {
+			t.Errorf("pgKindOf(%q) = %d, want %d", c.cmdline, got, c.want)
+		}
+	}
+}
+
+func TestSubSplitsPostgres(t *testing.T) {
+	start := cpuSample{procs: map[int]procTime{
+		1: {owner: ownerPostgres, started: 1, sec: 10, pg: pgBackend},
+		2: {owner: ownerPostgres, started: 1, sec: 3, pg: pgServer},
+	}}
+	end := cpuSample{procs: map[int]procTime{
+		1: {owner: ownerPostgres, started: 1, sec: 14, pg: pgBackend},
+		2: {owner: ownerPostgres, started: 1, sec: 4, pg: pgServer},
+		3: {owner: ownerPostgres, started: 9, sec: 2, pg: pgAutovacuum},
+	}}
+	got := end.sub(start)
+	if !approx(got.Postgres, 7) || !approx(got.PGBackends, 4) || !approx(got.PGAutovacuum, 2) {
+		t.Errorf("got PostgreSQL %v (backends %v, autovacuum %v), want 7 (4, 2)", got.Postgres, got.PGBackends, got.PGAutovacuum)
+	}
+}

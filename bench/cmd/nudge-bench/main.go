@@ -341,6 +341,7 @@ func run(ctx context.Context, o options) error {
 				}
 				fmt.Printf("  nudge e2e, %d workers, n=%d: %.0f reminders/s (%s, %d delivered, p99 claim-to-terminal %.0f ms)\n",
 					k, o.nFor(k), er.Rate, er.Elapsed.Round(time.Millisecond), er.Delivered, er.P99)
+				fmt.Printf("    CPU-s per 1,000: %s\n", er.CPU.per1000(er.Delivered))
 				r.e2e[k] = append(r.e2e[k], er)
 				if k == o.headline {
 					sr, err := nudgeE2E(ctx, e, o.nFor(k), k, "", true, nil)
@@ -357,6 +358,7 @@ func run(ctx context.Context, o options) error {
 						return fmt.Errorf("%s, %d workers: %w", cfg, k, err)
 					}
 					fmt.Printf("  %s, %d clients, n=%d: %.0f jobs/s (%s)\n", cfg, k, o.nFor(k), vr.Rate, vr.Elapsed.Round(time.Millisecond))
+					fmt.Printf("    CPU-s per 1,000: %s\n", vr.CPU.per1000(o.nFor(k)))
 					if cfg == riverTuned {
 						r.tuned[k] = append(r.tuned[k], vr)
 					} else {
@@ -392,6 +394,7 @@ func run(ctx context.Context, o options) error {
 			et := lr.Hops[hopEnqueueToTerminal]
 			fmt.Printf("  latency, %d workers, offered %.0f/s, achieved %.0f/s: enqueue-to-terminal p50 %.1f ms, p99 %.1f ms, max %.1f ms (CPU pressure %.0f%%, harness waited %s/s for a CPU, load %.1f, %d checkpoints started)\n",
 				o.headline, lr.Offered, lr.Achieved, et.P50, et.P99, et.Max, 100*lr.Machine.Pressure, lr.Machine.RunDelay.Round(time.Millisecond), lr.Machine.Load, lr.Checkpoints)
+			fmt.Printf("    CPU-s per 1,000: %s\n", lr.CPU.per1000(lr.Delivered))
 			for _, h := range latencyHops {
 				x := lr.Hops[h]
 				fmt.Printf("    %-20s p50 %7.1f ms  p90 %7.1f ms  p99 %7.1f ms  max %7.1f ms\n", h, x.P50, x.P90, x.P99, x.Max)
