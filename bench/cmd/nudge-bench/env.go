@@ -131,12 +131,13 @@ const (
 // colon: "postgres: 15/main: walwriter".
 func pgKindOf(cmdline string) pgKind {
 	what, ok := strings.CutPrefix(cmdline, "postgres: ")
+	if !ok {
+		return pgServer // the postmaster: its binary's path and flags
+	}
 	if _, rest, named := strings.Cut(what, ": "); named {
 		what = rest
 	}
 	switch {
-	case !ok:
-		return pgServer // the postmaster: its binary's path and flags
 	case strings.HasPrefix(what, "autovacuum worker"):
 		return pgAutovacuum
 	case strings.HasPrefix(what, "autovacuum launcher"), strings.HasPrefix(what, "walwriter"),

@@ -341,7 +341,7 @@ func run(ctx context.Context, o options) error {
 				}
 				fmt.Printf("  nudge e2e, %d workers, n=%d: %.0f reminders/s (%s, %d delivered, p99 claim-to-terminal %.0f ms)\n",
 					k, o.nFor(k), er.Rate, er.Elapsed.Round(time.Millisecond), er.Delivered, er.P99)
-				fmt.Printf("    CPU-s per 1,000: %s\n", er.CPU.per1000(er.Delivered))
+				fmt.Printf("    CPU-s per 1,000: %s\n", er.CPU.per1000(o.nFor(k)))
 				r.e2e[k] = append(r.e2e[k], er)
 				if k == o.headline {
 					sr, err := nudgeE2E(ctx, e, o.nFor(k), k, "", true, nil)
