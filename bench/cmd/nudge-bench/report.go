@@ -312,7 +312,8 @@ func report(o options, m machine, r results) error {
 		if walNote != "" {
 			p("Records were not counted in this run: %s.", walNote)
 		}
-		p("\n\n| system | workers | PostgreSQL | RabbitMQ | Nudge/River process | total | fake provider | all-in | other processes (noise) | WAL records per item | their bytes per item | cluster WAL bytes per item |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		p("**of it, backends** is the part of the PostgreSQL column its client backends used, the statements (the rest: autovacuum workers, the server's own processes and those that exited in the run; section \"PostgreSQL's share by process\" below).")
+		p("\n\n| system | workers | PostgreSQL | of it, backends | RabbitMQ | Nudge/River process | total | fake provider | all-in | other processes (noise) | WAL records per item | their bytes per item | cluster WAL bytes per item |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		cpuRow := func(system string, k int, runs []runCost) {
 			c := summarizeCosts(runs, o.nFor(k))
 			recs, recBytes := "–", "–"
@@ -323,7 +324,7 @@ func report(o options, m machine, r results) error {
 			if c.Provider > 0 {
 				provider, allIn = fmt.Sprintf("%.3f", c.Provider), fmt.Sprintf("%.3f", c.AllIn())
 			}
-			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %s | %s | %.3f | %s | %s | %.0f |\n", system, k, c.Postgres, c.RabbitMQ, c.Harness, c.Total(), provider, allIn, c.Other, recs, recBytes, c.ClusterBytes)
+			p("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.3f | %s | %s | %.0f |\n", system, k, c.Postgres, c.PGBackends, c.RabbitMQ, c.Harness, c.Total(), provider, allIn, c.Other, recs, recBytes, c.ClusterBytes)
 		}
 		for _, k := range o.workers {
 			cpuRow("Nudge", k, nudgeCosts(r.e2e[k]))
@@ -780,9 +781,12 @@ type runCost struct {
 // 1,000 items by process, and WAL per item.
 type costSummary struct {
 	Postgres, RabbitMQ, Harness, Provider, Other float64
-	ClusterBytes                                 float64 // every byte the cluster wrote, per item
-	Records, RecordBytes                         float64 // the run's own relations, per item
-	HasRecords                                   bool    // counted in the first run only
+	// PGBackends is the part of Postgres its client backends used (the
+	// statements), the rest being autovacuum and the server's own processes.
+	PGBackends           float64
+	ClusterBytes         float64 // every byte the cluster wrote, per item
+	Records, RecordBytes float64 // the run's own relations, per item
+	HasRecords           bool    // counted in the first run only
 }
 
 // Total is Nudge's (or River's) own: PostgreSQL, RabbitMQ and the harness
@@ -796,17 +800,19 @@ func (c costSummary) AllIn() float64 { return c.Total() + c.Provider }
 
 func summarizeCosts(runs []runCost, n int) costSummary {
 	f, per := 1000/float64(n), 1/float64(n)
-	var pg, mq, h, pr, ot, wb, wr, wrb []float64
+	var pg, be, mq, h, pr, ot, wb, wr, wrb []float64
 	for _, x := range runs {
 		c := x.CPU
 		pg, mq, h, pr, ot = append(pg, c.Postgres*f), append(mq, c.RabbitMQ*f), append(h, c.Harness*f), append(pr, c.Provider*f), append(ot, c.Other*f)
+		be = append(be, c.PGBackends*f)
 		wb = append(wb, x.WAL.Bytes*per)
 		if x.WAL.Records >= 0 { // counted in the first run only
 			wr, wrb = append(wr, x.WAL.Records*per), append(wrb, x.WAL.RecordBytes*per)
 		}
 	}
 	out := costSummary{Postgres: summarize(pg).Median, RabbitMQ: summarize(mq).Median, Harness: summarize(h).Median,
-		Provider: summarize(pr).Median, Other: summarize(ot).Median, ClusterBytes: summarize(wb).Median}
+		Provider: summarize(pr).Median, Other: summarize(ot).Median, ClusterBytes: summarize(wb).Median,
+		PGBackends: summarize(be).Median}
 	if len(wr) > 0 {
 		out.Records, out.RecordBytes, out.HasRecords = summarize(wr).Median, summarize(wrb).Median, true
 	}
