@@ -281,19 +281,19 @@ func streamRun(ctx context.Context, e *env, res latencyResult, warm int, gap, li
 
 	// The sends counted include the warm-up's (the fake provider counts
 	// from the start), so the loop waits for all total of them; and no
-	// reminder can be terminal before it is due, so before the last one is
-	// the database is not asked at all. Each ask counts the whole state
-	// table (tens of milliseconds of a backend): compared with res.N, the
-	// loop asked every 200 ms through the stream's last warm-up-length of
-	// seconds, about ten counts inside the measurement, whose CPU the
+	// reminder can be terminal before it is due, so the database is asked
+	// once they are all sent, or (a run whose sends do not all happen) every
+	// 5 s from 5 s after the last one is due. Each ask counts the whole
+	// state table (tens of milliseconds of a backend): compared with res.N,
+	// the loop asked every 200 ms through the stream's last warm-up-length
+	// of seconds, about ten counts inside the measurement, whose CPU the
 	// PostgreSQL column charged to Nudge and whose backend took a core
 	// from the stream where its tail is measured.
-	lastDue := start.Add(time.Duration(max(total-1, 0)) * gap)
+	polled := start.Add(time.Duration(max(total-1, 0)) * gap) // the last one's due time
 	timeout := time.After(limit)
-	var polled time.Time
 	terminal := 0
 	for {
-		if sent.Load() >= int64(total) || (time.Now().After(lastDue) && pollDB(&sent, total, polled)) {
+		if pollDB(&sent, total, polled) {
 			polled = time.Now()
 			var past int
 			if err := s.pool.QueryRow(ctx, stmt("StateCounts")).Scan(&past, &terminal); err != nil {
