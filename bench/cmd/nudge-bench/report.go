@@ -312,7 +312,7 @@ func report(o options, m machine, r results) error {
 		if walNote != "" {
 			p("Records were not counted in this run: %s.", walNote)
 		}
-		p("**of it, backends** is the part of the PostgreSQL column its client backends used, the statements (the rest: autovacuum workers, the server's own processes and those that exited in the run; section \"PostgreSQL's share by process\" below).")
+		p("\n\n**of it, backends** is the part of the PostgreSQL column its client backends used, the statements (the rest: autovacuum workers, the server's own processes and those that exited in the run; section \"PostgreSQL's share by process\" below).")
 		p("\n\n| system | workers | PostgreSQL | of it, backends | RabbitMQ | Nudge/River process | total | fake provider | all-in | other processes (noise) | WAL records per item | their bytes per item | cluster WAL bytes per item |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		cpuRow := func(system string, k int, runs []runCost) {
 			c := summarizeCosts(runs, o.nFor(k))
